@@ -1,0 +1,47 @@
+"""Plain autoregressive decoding through the same target adapter, cache, dtype and sampling code as EAGLE-2.
+
+One StepEvent per token. This is the reference EAGLE-2 must reproduce exactly (greedy) or in distribution (sampled).
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+import torch
+
+from core import kv_cache
+from core.config import DecodeConfig
+from core.events import StepEvent
+from core.models import TargetModel
+from core.sampling import next_token
+from core.timing import now
+
+
+class BaselineDecoder:
+    method = "baseline"
+
+    def __init__(self, target: TargetModel):
+        self.target = target
+
+    @torch.inference_mode()
+    def generate(
+        self, prompt_ids: list[int], cfg: DecodeConfig, should_stop: Callable[[], bool] | None = None
+    ) -> Iterator[StepEvent]:
+        """Yield one event per generated token until EOS, max_new_tokens, or should_stop()."""
+        tgt = self.target
+        gen = torch.Generator().manual_seed(cfg.sampling.seed)
+        cache = tgt.new_cache()
+        ids = torch.tensor([prompt_ids], device=tgt.device)  # (1, P)
+        try:
+            for step in range(cfg.max_new_tokens):
+                t0 = now(tgt.device)
+                hidden, _ = tgt.forward(ids, cache)
+                tok = next_token(tgt.logits(hidden[0, -1]), cfg.sampling, gen)
+                ms = (now(tgt.device) - t0) * 1000
+                done = (cfg.stop_on_eos and tok in tgt.eos_ids) or step + 1 == cfg.max_new_tokens
+                yield StepEvent(step=step, method=self.method, new_token_ids=(tok,), verify_ms=ms, step_ms=ms,
+                                finished=done)
+                if done or (should_stop and should_stop()):
+                    return
+                ids = torch.tensor([[tok]], device=tgt.device)
+        finally:
+            kv_cache.free(cache)

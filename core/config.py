@@ -1,0 +1,78 @@
+"""Frozen configuration records, validated once at the boundary.
+
+Knobs are named by what they count (EAGLE issue #118):
+  total_tokens  tree nodes sent to the target per step, ROOT INCLUDED (1 = plain decoding through the tree path)
+  depth         deepest draft level below the root = number of draft-head passes per step
+  top_k         children kept per expanded node, and nodes expanded per level
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 0.0  # 0 = greedy (argmax); > 0 samples from the processed target distribution
+    top_p: float = 1.0  # nucleus mass kept, in (0, 1]
+    top_k: int = 0  # 0 = no top-k filter
+    seed: int = 0  # seeds the torch.Generator owned by one decode call
+
+    def __post_init__(self) -> None:
+        _check_number("temperature", self.temperature, 0.0, 10.0)
+        _check_number("top_p", self.top_p, 0.0, 1.0, low_open=True)
+        _check_int("top_k (sampling)", self.top_k, 0, 1_000_000)
+        _check_int("seed", self.seed, 0, 2**63 - 1)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class TreeConfig:
+    total_tokens: int = 24  # nodes verified per step, root included
+    depth: int = 6  # draft levels below the root
+    top_k: int = 6  # branching per expanded node and frontier width
+
+    def __post_init__(self) -> None:
+        _check_int("total_tokens", self.total_tokens, 1, 512)
+        _check_int("depth", self.depth, 1, 32)
+        _check_int("top_k", self.top_k, 1, 64)
+
+    @classmethod
+    def parse(cls, text: str) -> "TreeConfig":
+        """Parse 'T,D,K' (e.g. '24,6,6')."""
+        parts = [p.strip() for p in str(text).split(",")]
+        if len(parts) != 3 or not all(p.lstrip("-").isdigit() for p in parts):
+            raise ValueError(f"tree must be 'total_tokens,depth,top_k' like 24,6,6, got {text!r}")
+        t, d, k = (int(p) for p in parts)
+        return cls(total_tokens=t, depth=d, top_k=k)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    max_new_tokens: int = 128
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    tree: TreeConfig = field(default_factory=TreeConfig)
+    stop_on_eos: bool = True
+
+    def __post_init__(self) -> None:
+        _check_int("max_new_tokens", self.max_new_tokens, 1, 100_000)
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be between {low} and {high}, got {value}")
+
+
+def _check_number(name: str, value: object, low: float, high: float, low_open: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    v = float(value)
+    if v != v or v in (float("inf"), float("-inf")):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if v < low or v > high or (low_open and v == low):
+        bound = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
+        raise ValueError(f"{name} must be in {bound}, got {value}")

@@ -1,0 +1,247 @@
+"""EAGLE-1/2 draft head: fc(concat(token embedding, feature)) + one Llama-style decoder layer, no final norm.
+
+arXiv 2401.15077 §3.1. The pair at sequence position i is (embedding of t_{i+1}, feature f_i); the output is the
+predicted feature f_{i+1}, which the TARGET's LM head (shared, frozen, no norm in between) turns into the
+distribution of t_{i+2}. Layer 0 has no input_layernorm (the residual is the fc output).
+
+Optional reduced draft vocabulary: `vocab_ids` (sorted target ids) selects rows of the target LM head, so drafting
+over Gemma's 262k vocabulary stays cheap; saved as EAGLE-3's `d2t` offsets (target = draft + d2t[draft]) and `t2d`.
+
+Checkpoint layout = the official EAGLE-1/2 one (config.json Llama-style + model.safetensors with `fc.weight`,
+`fc.bias`, `layers.0.self_attn.*`, `layers.0.mlp.*`, `layers.0.post_attention_layernorm.weight`).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    vocab_size: int  # target vocabulary
+    head_dim: int = 0  # 0 = hidden_size // num_attention_heads
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    bias: bool = True  # fc.bias (official default when the key is absent)
+    qkv_bias: bool = False
+    draft_vocab_size: int = 0  # 0 = full target vocabulary
+    max_position_embeddings: int = 32768
+    extra: dict = field(default_factory=dict, compare=False)  # training card fields carried into config.json
+
+    @property
+    def hd(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def for_target(cls, hidden: int, vocab: int, draft_vocab: int = 0) -> "HeadConfig":
+        """Own standard geometry (head_dim 64) rather than mirroring the target's layers (eagle.md §9)."""
+        heads = max(1, hidden // 64)
+        return cls(hidden_size=hidden, intermediate_size=hidden * 3, num_attention_heads=heads,
+                   num_key_value_heads=heads, head_dim=64, vocab_size=vocab, draft_vocab_size=draft_vocab)
+
+    def to_json(self) -> dict:
+        """Llama-style config.json as SGLang/vLLM read EAGLE heads."""
+        d = {
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+            "hidden_size": self.hidden_size, "intermediate_size": self.intermediate_size,
+            "num_attention_heads": self.num_attention_heads, "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.hd, "num_hidden_layers": 1, "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta, "max_position_embeddings": self.max_position_embeddings,
+            "vocab_size": self.vocab_size, "bias": self.bias, "qkv_bias": self.qkv_bias,
+            "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        }
+        if self.draft_vocab_size:
+            d["draft_vocab_size"] = self.draft_vocab_size
+        d.update(self.extra)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "HeadConfig":
+        heads = d["num_attention_heads"]
+        return cls(
+            hidden_size=d["hidden_size"], intermediate_size=d["intermediate_size"], num_attention_heads=heads,
+            num_key_value_heads=d.get("num_key_value_heads") or heads, vocab_size=d["vocab_size"],
+            head_dim=d.get("head_dim") or d["hidden_size"] // heads, rms_norm_eps=d.get("rms_norm_eps", 1e-6),
+            rope_theta=float(d.get("rope_theta") or 10000.0), bias=bool(d.get("bias", True)),
+            qkv_bias=bool(d.get("qkv_bias", False)), draft_vocab_size=int(d.get("draft_vocab_size") or 0),
+            max_position_embeddings=int(d.get("max_position_embeddings") or 32768),
+        )
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
+
+
+def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotate-half RoPE computed on demand for any position (no fixed-size table). x: (1, h, T, d), pos: (T,)"""
+    d = x.shape[-1]
+    inv = 1.0 / theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
+    ang = pos.float()[:, None] * inv[None, :]  # (T, d/2)
+    cos, sin = torch.cat([ang, ang], -1).cos().to(x.dtype), torch.cat([ang, ang], -1).sin().to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, c: HeadConfig):
+        super().__init__()
+        self.c = c
+        self.q_proj = nn.Linear(c.hidden_size, c.num_attention_heads * c.hd, bias=c.qkv_bias)
+        self.k_proj = nn.Linear(c.hidden_size, c.num_key_value_heads * c.hd, bias=c.qkv_bias)
+        self.v_proj = nn.Linear(c.hidden_size, c.num_key_value_heads * c.hd, bias=c.qkv_bias)
+        self.o_proj = nn.Linear(c.num_attention_heads * c.hd, c.hidden_size, bias=False)
+
+    def forward(self, x, pos, past_kv, mask):
+        """x (B, T, H); past_kv: (k, v) each (B, kvh, L, d) or None; mask (B|1, 1, T, L+T) bool or None=causal."""
+        b, t, _ = x.shape
+        c = self.c
+        q = self.q_proj(x).view(b, t, c.num_attention_heads, c.hd).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, c.num_key_value_heads, c.hd).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, c.num_key_value_heads, c.hd).transpose(1, 2)
+        q, k = rope(q, pos, c.rope_theta), rope(k, pos, c.rope_theta)
+        new_kv = (k, v)
+        if past_kv is not None:
+            k, v = torch.cat([past_kv[0], k], 2), torch.cat([past_kv[1], v], 2)
+        rep = c.num_attention_heads // c.num_key_value_heads
+        if rep > 1:
+            k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+        if mask is None:
+            mask = torch.ones(t, k.shape[2], dtype=torch.bool, device=x.device).tril_(k.shape[2] - t)[None, None]
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.o_proj(o.transpose(1, 2).reshape(b, t, -1)), new_kv
+
+
+class MLP(nn.Module):
+    def __init__(self, c: HeadConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    """Llama decoder layer without input_layernorm (EAGLE layer 0)."""
+
+    def __init__(self, c: HeadConfig):
+        super().__init__()
+        self.self_attn = Attention(c)
+        self.mlp = MLP(c)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+
+    def forward(self, x, pos, past_kv, mask):
+        a, kv = self.self_attn(x, pos, past_kv, mask)
+        x = x + a
+        return x + self.mlp(self.post_attention_layernorm(x)), kv
+
+
+class EagleHead(nn.Module):
+    """The draft network. No I/O in __init__; see load_head/save_head."""
+
+    def __init__(self, c: HeadConfig, vocab_ids: torch.Tensor | None = None):
+        super().__init__()
+        self.config = c
+        self.fc = nn.Linear(2 * c.hidden_size, c.hidden_size, bias=c.bias)
+        self.layers = nn.ModuleList([Layer(c)])
+        ids = vocab_ids if vocab_ids is not None else torch.arange(c.draft_vocab_size or c.vocab_size)
+        self.register_buffer("vocab_ids", ids.long().sort().values, persistent=False)  # (Vd,) sorted target ids
+        self.trained = False  # set by load_head; an untrained head is still lossless, just slow
+
+    def forward(self, embeds, features, pos, past_kv=None, mask=None):
+        """embeds, features: (B, T, H) -> predicted features (B, T, H) and this call's (k, v) for the cache."""
+        x = self.fc(torch.cat([embeds, features], dim=-1))  # embedding FIRST (official order)
+        return self.layers[0](x, pos, past_kv, mask)
+
+    @property
+    def d2t(self) -> torch.Tensor:
+        return self.vocab_ids - torch.arange(len(self.vocab_ids), device=self.vocab_ids.device)
+
+    def t2d(self) -> torch.Tensor:
+        m = torch.zeros(self.config.vocab_size, dtype=torch.bool, device=self.vocab_ids.device)
+        m[self.vocab_ids] = True
+        return m
+
+
+def save_head(head: EagleHead, out_dir: str | Path, dtype: torch.dtype = torch.bfloat16) -> None:
+    """Write config.json + model.safetensors in the official EAGLE-1/2 layout (+ d2t/t2d for a reduced vocab)."""
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    sd = {k: v.detach().to(dtype).contiguous() for k, v in head.state_dict().items()}
+    if head.config.draft_vocab_size:
+        sd["d2t"] = head.d2t.cpu().contiguous()
+        sd["t2d"] = head.t2d().cpu().contiguous()
+    save_file({k: v.cpu() for k, v in sd.items()}, str(out / "model.safetensors"))
+    (out / "config.json").write_text(json.dumps(head.config.to_json(), indent=2) + "\n")
+
+
+def load_head(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> EagleHead:
+    """Read a head folder: model.safetensors preferred, pytorch_model.bin via torch.load(weights_only=True)."""
+    p = Path(path)
+    if not (p / "config.json").exists():
+        raise ValueError(f"head folder {str(p)!r} has no config.json")
+    raw = json.loads((p / "config.json").read_text())
+    if (p / "model.safetensors").exists():
+        from safetensors.torch import load_file
+
+        sd = load_file(str(p / "model.safetensors"))
+    elif (p / "pytorch_model.bin").exists():
+        sd = torch.load(str(p / "pytorch_model.bin"), map_location="cpu", weights_only=True)
+    else:
+        raise ValueError(f"head folder {str(p)!r} has neither model.safetensors nor pytorch_model.bin")
+    sd = {k.removeprefix("model."): v for k, v in sd.items()}
+    if any(k.startswith("midlayer.") for k in sd):
+        raise ValueError(f"{p} is an EAGLE-3 head (midlayer.* keys); this loader reads EAGLE-1/2 heads")
+    c = HeadConfig.from_json(raw)
+    if "fc.bias" in sd and not c.bias:  # EAGLE #100: config says no bias but the file has one; trust the file
+        c = HeadConfig(**{**asdict(c), "bias": True})
+    if "fc.bias" not in sd and c.bias:
+        c = HeadConfig(**{**asdict(c), "bias": False})
+    vocab_ids = None
+    if "d2t" in sd:
+        d2t = sd.pop("d2t").long()
+        vocab_ids = d2t + torch.arange(len(d2t))
+        c = HeadConfig(**{**asdict(c), "draft_vocab_size": len(d2t)})
+    sd.pop("t2d", None)
+    sd.pop("embed_tokens.weight", None)  # the target's embedding is used (same matrix in released heads)
+    sd.pop("lm_head.weight", None)
+    head = EagleHead(c, vocab_ids)
+    missing, unexpected = head.load_state_dict(sd, strict=False)
+    missing = [k for k in missing if k != "vocab_ids"]
+    if missing or unexpected:
+        raise ValueError(f"head {p}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}")
+    head.trained = True
+    return head.to(device=device, dtype=dtype).eval()
+
+
+def init_head(c: HeadConfig, vocab_ids: torch.Tensor | None = None, seed: int = 0) -> EagleHead:
+    """A freshly initialised head of the right shape (decodes losslessly; drafts badly)."""
+    g = torch.Generator().manual_seed(seed)
+    head = EagleHead(c, vocab_ids)
+    with torch.no_grad():
+        for name, p in head.named_parameters():
+            if p.dim() == 2:
+                p.copy_(torch.randn(p.shape, generator=g) * (1.0 / math.sqrt(p.shape[1])))
+            elif name.endswith("bias"):
+                p.zero_()
+    return head.eval()

@@ -1,0 +1,110 @@
+"""EAGLE-2 speculative decoding (arXiv 2406.16858) over a stock transformers target: lossless, greedy or sampled.
+
+Per step: 1 draft a dynamic tree, 2 verify it in one target forward, 3 accept (longest greedy match or exact
+multi-candidate sampling), 4 commit (compact the target cache, feed accepted features to the draft), 5 emit.
+tau = new tokens / target forwards (bonus token included).
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+import torch
+
+from core import kv_cache, tree
+from core.config import DecodeConfig
+from core.drafter import EagleDrafter
+from core.events import StepEvent, TreeNode
+from core.models import TargetModel
+from core.sampling import next_token, target_probs
+from core.timing import now
+from core.verify import accept_greedy, accept_sampled
+
+
+class Eagle2Decoder:
+    method = "eagle2"
+
+    def __init__(self, target: TargetModel, drafter: EagleDrafter):
+        self.target, self.drafter = target, drafter
+        self.note = "" if drafter.head.trained else "untrained head: lossless but drafts are guesses"
+
+    @torch.inference_mode()
+    def generate(
+        self, prompt_ids: list[int], cfg: DecodeConfig, should_stop: Callable[[], bool] | None = None
+    ) -> Iterator[StepEvent]:
+        """Yield one StepEvent per target forward until EOS, max_new_tokens, or should_stop()."""
+        tgt, dr, s = self.target, self.drafter, cfg.sampling
+        gen = torch.Generator().manual_seed(s.seed)
+        cache, dstate = tgt.new_cache(), dr.new_state()
+        drafting = cfg.tree.total_tokens > 1
+        try:
+            # 0. prefill: the target's first token, then the draft reads every prompt feature
+            t0 = now(tgt.device)
+            ids = torch.tensor([prompt_ids], device=tgt.device)  # (1, P)
+            hidden, _ = tgt.forward(ids, cache)  # (1, P, H)
+            root = next_token(tgt.logits(hidden[0, -1]), s, gen)
+            t1 = now(tgt.device)
+            if drafting:
+                feat = dr.extend(dstate, hidden, torch.tensor([prompt_ids[1:] + [root]], device=tgt.device))
+            t2 = now(tgt.device)
+            produced, done = 1, self._done(root, 1, cfg)
+            yield StepEvent(0, self.method, (root,), verify_ms=(t1 - t0) * 1e3, draft_ms=(t2 - t1) * 1e3,
+                            step_ms=(t2 - t0) * 1e3, draft_forwards=int(drafting), finished=done, note=self.note)
+            step = 0
+            while not done and not (should_stop and should_stop()):
+                step += 1
+                t0 = now(tgt.device)
+                # 1. draft: grow the candidate pool, keep the best total_tokens nodes (parents always kept)
+                if drafting:
+                    pool = dr.grow(dstate, root, feat, cfg.tree)
+                    kept = tree.select_nodes(pool.parents, pool.scores, cfg.tree.total_tokens)
+                else:
+                    pool, kept = None, [0]
+                parents = tree.subtree_parents(pool.parents, kept) if pool else [-1]
+                tokens = [pool.tokens[i] for i in kept] if pool else [root]
+                depths = tree.depths(parents)
+                t1 = now(tgt.device)
+                # 2. verify: one target forward over the whole tree (positions = prefix + depth, ancestor mask)
+                prefix = cache.get_seq_length()
+                hidden, _ = tgt.forward(torch.tensor([tokens], device=tgt.device), cache, parents, depths,
+                                        tree.ancestor_mask(parents))  # (1, N, H)
+                logits = tgt.logits(hidden[0])  # (N, V)
+                # 3. accept
+                kids = tree.children(parents)
+                if s.greedy:
+                    path, bonus = accept_greedy(kids, tokens, logits.argmax(-1).tolist())
+                else:
+                    path, bonus = accept_sampled(kids, tokens, lambda n: target_probs(logits[n], s), gen)
+                new = [tokens[i] for i in path[1:]] + [bonus]
+                new, done = self._clip(new, produced, cfg)
+                # 4. commit: compact the target cache to the accepted path; the draft reads the real features
+                kv_cache.keep(cache, prefix, path)
+                t2 = now(tgt.device)
+                if drafting and not done:
+                    feat = dr.extend(dstate, hidden[:, path], torch.tensor([[tokens[i] for i in path[1:]] + [bonus]],
+                                                                          device=tgt.device))
+                root = bonus
+                produced += len(new)
+                t3 = now(tgt.device)
+                # 5. emit
+                nodes = tuple(
+                    TreeNode(i, parents[i], tokens[i], depths[i], pool.scores[kept[i]] if pool else 0.0, i in path)
+                    for i in range(len(tokens))
+                )
+                yield StepEvent(step, self.method, tuple(new), nodes, tuple(path), draft_ms=(t1 - t0 + t3 - t2) * 1e3,
+                                verify_ms=(t2 - t1) * 1e3, step_ms=(t3 - t0) * 1e3,
+                                draft_forwards=pool.forwards if pool else 0, finished=done, note=self.note)
+        finally:
+            kv_cache.free(cache)
+            dstate.free()
+
+    def _done(self, tok: int, produced: int, cfg: DecodeConfig) -> bool:
+        return (cfg.stop_on_eos and tok in self.target.eos_ids) or produced >= cfg.max_new_tokens
+
+    def _clip(self, new: list[int], produced: int, cfg: DecodeConfig) -> tuple[list[int], bool]:
+        """Cut the step's tokens at the first EOS and at max_new_tokens; never return tokens past either."""
+        out = []
+        for tok in new:
+            out.append(tok)
+            if self._done(tok, produced + len(out), cfg):
+                return out, True
+        return out, False

@@ -1,0 +1,103 @@
+"""The immutable per-step record that flows from the decoders to the UI, and its pure summary.
+
+Notation (serving-and-ui.md): tau = new tokens / target forward passes, bonus token included (plain decoding = 1.00).
+Per-depth acceptance is UNCONDITIONAL: share of verify steps whose accepted path reached depth d.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TreeNode:
+    node_id: int  # 0 = root (the last committed token)
+    parent: int  # -1 for the root
+    token_id: int
+    depth: int  # root 0
+    score: float  # cumulative draft log-probability (EAGLE-2's ranking value); root 0.0
+    accepted: bool
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    step: int
+    method: str  # "baseline" | "eagle2"
+    new_token_ids: tuple[int, ...]  # accepted drafts then the target's own (bonus) token
+    tree: tuple[TreeNode, ...] = ()  # empty for baseline and for the prefill step
+    accepted_path: tuple[int, ...] = ()  # node ids, root first
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    step_ms: float = 0.0  # compute time of this step measured inside core
+    target_forwards: int = 1
+    draft_forwards: int = 0
+    finished: bool = False
+    note: str = ""  # e.g. "untrained head"
+
+    @property
+    def accepted_drafts(self) -> int:
+        return max(len(self.accepted_path) - 1, 0)
+
+
+@dataclass(frozen=True)
+class RunStats:
+    method: str
+    new_tokens: int
+    seconds: float
+    tokens_per_s: float
+    ttft_s: float  # time to first token
+    tau: float
+    target_forwards: int
+    draft_forwards: int
+    draft_s: float
+    verify_s: float
+    steps: int  # verify steps (prefill excluded)
+    drafted_tokens: int  # non-root tree nodes verified, summed over steps
+    accepted_drafts: int
+    accept_rate: float  # accepted drafts / drafted tree tokens
+    accept_hist: tuple[int, ...] = field(default_factory=tuple)  # steps that accepted exactly j drafts
+    depth_accept: tuple[float, ...] = field(default_factory=tuple)  # P(path reaches depth d), d = 1..
+
+    def as_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["accept_hist"] = list(self.accept_hist)
+        d["depth_accept"] = list(self.depth_accept)
+        return d
+
+
+def summarize(events: list[StepEvent] | tuple[StepEvent, ...]) -> RunStats:
+    """Aggregate step records into request statistics (pure)."""
+    events = list(events)
+    method = events[0].method if events else ""
+    tokens = sum(len(e.new_token_ids) for e in events)
+    seconds = sum(e.step_ms for e in events) / 1000.0
+    ttft = events[0].step_ms / 1000.0 if events else 0.0
+    target_fw = sum(e.target_forwards for e in events)
+    verify_steps = [e for e in events if e.tree]
+    hist: list[int] = []
+    for e in verify_steps:
+        j = e.accepted_drafts
+        hist.extend([0] * (j + 1 - len(hist)))
+        hist[j] += 1
+    n = len(verify_steps)
+    max_depth = len(hist) - 1
+    depth_accept = tuple(sum(hist[j] for j in range(d, len(hist))) / n for d in range(1, max_depth + 1)) if n else ()
+    drafted = sum(len(e.tree) - 1 for e in verify_steps)
+    accepted = sum(e.accepted_drafts for e in verify_steps)
+    return RunStats(
+        method=method,
+        new_tokens=tokens,
+        seconds=seconds,
+        tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
+        ttft_s=ttft,
+        tau=tokens / target_fw if target_fw else 0.0,
+        target_forwards=target_fw,
+        draft_forwards=sum(e.draft_forwards for e in events),
+        draft_s=sum(e.draft_ms for e in events) / 1000.0,
+        verify_s=sum(e.verify_ms for e in events) / 1000.0,
+        steps=n,
+        drafted_tokens=drafted,
+        accepted_drafts=accepted,
+        accept_rate=accepted / drafted if drafted else 0.0,
+        accept_hist=tuple(hist),
+        depth_accept=depth_accept,
+    )

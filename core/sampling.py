@@ -1,0 +1,37 @@
+"""Pure logits -> probabilities processing (temperature, top-k, top-p) and sampling with an explicit generator.
+
+Both decoders and the acceptance rule use exactly these functions, so "the target's distribution" means the same
+thing everywhere (EAGLE#178: processors must match on both sides).
+"""
+from __future__ import annotations
+
+import torch
+
+from core.config import SamplingConfig
+
+
+def target_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """(..., V) logits -> (..., V) fp32 probabilities after temperature, top-k and top-p."""
+    x = logits.float() / cfg.temperature
+    if cfg.top_k and cfg.top_k < x.shape[-1]:
+        kth = torch.topk(x, cfg.top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    if cfg.top_p < 1.0:
+        sorted_x, idx = torch.sort(x, dim=-1, descending=True)
+        cum = torch.softmax(sorted_x, dim=-1).cumsum(dim=-1)
+        drop = cum - torch.softmax(sorted_x, dim=-1) >= cfg.top_p  # keep the smallest prefix reaching top_p
+        sorted_x = sorted_x.masked_fill(drop, float("-inf"))
+        x = torch.empty_like(x).scatter_(-1, idx, sorted_x)
+    return torch.softmax(x, dim=-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """Draw one token id from a (V,) distribution."""
+    return int(torch.multinomial(probs, 1, generator=generator).item())
+
+
+def next_token(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator) -> int:
+    """Greedy argmax at temperature 0, else a sample from the processed distribution. logits: (V,)"""
+    if cfg.greedy:
+        return int(torch.argmax(logits).item())
+    return sample(target_probs(logits, cfg), generator)

@@ -1,0 +1,65 @@
+"""Pure acceptance rules for tree verification (no model).
+
+Notation (EAGLE papers): p = the target distribution at a node, q = the draft proposal. EAGLE-2 drafts are
+deterministic top-k picks (q is a point mass), so the exact multi-candidate rule is: walk the siblings in order;
+accept x with probability p(x); on rejection set p(x) = 0 and renormalise; if all siblings are rejected, the bonus
+token is sampled from that residual. This reproduces p exactly (EAGLE maintainers, issues #110/#183/#221).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+
+def accept_greedy(kids: list[list[int]], tokens: list[int], target_argmax: list[int]) -> tuple[list[int], int]:
+    """Longest path whose every token equals the target's argmax at its parent.
+
+    kids: children per node; tokens: token id per node; target_argmax: the target's greedy token after each node.
+    Returns (path of node ids, root first; bonus token = target's token after the last path node).
+    """
+    path = [0]
+    while True:
+        want = target_argmax[path[-1]]
+        nxt = next((c for c in kids[path[-1]] if tokens[c] == want), None)
+        if nxt is None:
+            return path, want
+        path.append(nxt)
+
+
+def residual(p: torch.Tensor, rejected: int) -> torch.Tensor:
+    """p with one rejected token zeroed and renormalised (the exact rule for a point-mass proposal)."""
+    p = p.clone()
+    p[rejected] = 0.0
+    total = p.sum()
+    if total <= 0:  # every token with mass was rejected: impossible in exact arithmetic; keep p a distribution
+        raise ValueError("residual distribution has no mass left")
+    return p / total
+
+
+def accept_sampled(
+    kids: list[list[int]],
+    tokens: list[int],
+    probs_at: Callable[[int], torch.Tensor],
+    generator: torch.Generator,
+) -> tuple[list[int], int]:
+    """Multi-candidate speculative sampling over a tree with deterministic proposals.
+
+    probs_at(node) -> (V,) processed target distribution for the token after `node`.
+    Returns (accepted path of node ids, root first; bonus token sampled from the final (residual) distribution).
+    """
+    path = [0]
+    while True:
+        p = probs_at(path[-1])
+        accepted = None
+        for c in kids[path[-1]]:
+            x = tokens[c]
+            r = torch.rand((), generator=generator).item()
+            if r < p[x].item():
+                accepted = c
+                break
+            if p[x] > 0:
+                p = residual(p, x)
+        if accepted is None:
+            return path, int(torch.multinomial(p, 1, generator=generator).item())
+        path.append(accepted)
