@@ -1,0 +1,139 @@
+"""`python -m core.train`: self-distil data, extract features, build the draft vocabulary, train, evaluate, export.
+
+Every stage resumes from --out: existing shards are skipped, training continues from state.pt.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m core.train", description=__doc__)
+    p.add_argument("--model", default=None, help="default model, local folder or hub id")
+    p.add_argument("--out", required=True, help="run folder (shards, checkpoints, logs)")
+    p.add_argument("--head-out", default=None, help="where to write the finished head (default OUT/head)")
+    p.add_argument("--prompts", default=str(DATA / "train" / "prompts.jsonl"))
+    p.add_argument("--text", default=str(DATA / "train" / "text.jsonl"))
+    p.add_argument("--n-prompts", type=int, default=4000)
+    p.add_argument("--n-text", type=int, default=700)
+    p.add_argument("--max-shards", type=int, default=0, help="use only the first N shards (0 = all planned)")
+    p.add_argument("--batch", type=int, default=32, help="sequences per generation batch")
+    p.add_argument("--max-prompt", type=int, default=320)
+    p.add_argument("--new-tokens", type=int, default=160)
+    p.add_argument("--max-text", type=int, default=768)
+    p.add_argument("--sample-share", type=float, default=0.3, help="share of batches sampled at T=1 (rest greedy)")
+    p.add_argument("--chat", action="store_true", help="wrap prompts in the model's chat template")
+    p.add_argument("--draft-vocab", type=int, default=16384, help="draft vocabulary size (0 = full)")
+    p.add_argument("--epochs", type=float, default=2.0)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--ttt-steps", type=int, default=3)
+    p.add_argument("--tokens-per-batch", type=int, default=4096)
+    p.add_argument("--eval-questions", default=str(DATA / "spec_bench_questions.jsonl"))
+    p.add_argument("--eval-per-category", type=int, default=2)
+    p.add_argument("--eval-max-new", type=int, default=64)
+    p.add_argument("--skip-data", action="store_true", help="train on the shards already on disk")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="bf16")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(argv)
+    from core.config import TreeConfig
+    from core.draft_head import HeadConfig, init_head, save_head
+    from core.drafter import EagleDrafter
+    from core.models import DEFAULT_MODEL, load_target
+    from core.train.data import build_shards, draft_vocab, load_shards, read_pool
+    from core.train.evaluate import measure, sample_questions
+    from core.train.fit import FitConfig, fit
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    logf = open(out / "train.log", "a", encoding="utf-8")
+
+    def log(msg: str) -> None:
+        logf.write(time.strftime("%H:%M:%S ") + msg + "\n")
+        logf.flush()
+
+    t0 = time.time()
+    target, tok = load_target(a.model, dtype=a.dtype)
+    log(f"target {target.name} {target.dtype}")
+    rows = read_pool(a.prompts, a.text, a.n_prompts, a.n_text, a.seed)
+    if a.chat and tok.chat_template:
+        for r in rows:
+            if r["kind"] == "prompt":
+                r["body"] = tok.apply_chat_template([{"role": "user", "content": r["body"]}], tokenize=False,
+                                                    add_generation_prompt=True)
+    if a.max_shards:
+        rows = rows[: a.max_shards * a.batch]
+    if not a.skip_data:
+        build_shards(target, tok, rows, out / "shards", a.batch, a.max_prompt, a.new_tokens, a.max_text,
+                     a.sample_share, a.seed)
+    seqs = load_shards(out / "shards")
+    if a.max_shards:
+        seqs = seqs[: a.max_shards * a.batch]
+    if not seqs:
+        print("error: no training shards", file=sys.stderr)
+        return 2
+    vocab_ids, coverage = (None, 1.0)
+    if a.draft_vocab:
+        vocab_ids, coverage = draft_vocab(seqs, a.draft_vocab, target.vocab_size)
+    log(f"{len(seqs)} sequences, draft vocab {a.draft_vocab or 'full'} covers {coverage:.4f} of tokens")
+    hc = HeadConfig.for_target(target.hidden_size, target.vocab_size, a.draft_vocab)
+    head = init_head(hc, vocab_ids, seed=a.seed).float()
+    w = target.lm_head_weight.detach()
+    w_draft = w[head.vocab_ids] if a.draft_vocab else w
+    cfg = FitConfig(epochs=a.epochs, lr=a.lr, ttt_steps=a.ttt_steps, tokens_per_batch=a.tokens_per_batch,
+                    seed=a.seed)
+    summary = fit(head, target.embed, w_draft, seqs, cfg, out, log)
+    head.trained = True
+    head_dir = Path(a.head_out or out / "head")
+    save_head(head, head_dir)
+    log(f"saved head to {head_dir}")
+    # evaluate with the bf16 head exactly as shipped
+    from core.draft_head import load_head
+
+    shipped = load_head(head_dir)
+    drafter = EagleDrafter(shipped, target)
+    qs = sample_questions(a.eval_questions, a.eval_per_category) if a.eval_per_category else []
+    evals = [measure(target, tok, drafter, qs, a.eval_max_new, t, TreeConfig()) for t in (0.0, 1.0)] if qs else []
+    n_prompt = sum(r["kind"] == "prompt" for r in rows)
+    card = {
+        "model": target.name if a.model is None else a.model,
+        "default_model": a.model in (None, DEFAULT_MODEL),
+        "data": {"prompts_file": Path(a.prompts).name, "text_file": Path(a.text).name, "prompt_rows": n_prompt,
+                 "text_rows": len(rows) - n_prompt, "sequences": len(seqs), "chat_template": bool(a.chat),
+                 "generation": {"max_prompt": a.max_prompt, "new_tokens": a.new_tokens,
+                                "sampled_share": a.sample_share}},
+        "draft_vocab": {"size": a.draft_vocab or target.vocab_size, "token_coverage": round(coverage, 4)},
+        "training": {**summary, "lr": a.lr, "ttt_steps": a.ttt_steps, "tokens_per_batch": a.tokens_per_batch,
+                     "loss": "smooth_l1(feature) + 0.1 * soft CE (draft vocab), steps weighted 0.8^j"},
+        "wall_seconds_this_run": round(time.time() - t0, 1),
+        "hardware": {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
+                     "torch_threads": torch.get_num_threads(), "device": str(target.device),
+                     "dtype": str(target.dtype)},
+        "evaluation": {"questions": Path(a.eval_questions).name, "note": "evaluation only, never trained on",
+                       "results": evals},
+        "command": "python -m core.train " + " ".join(argv if argv is not None else sys.argv[1:]),
+    }
+    (head_dir / "training.json").write_text(json.dumps(card, indent=2) + "\n")
+    log("done")
+    print(json.dumps({"head": str(head_dir), "tau": [e["tau"] for e in evals]}))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

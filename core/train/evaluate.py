@@ -1,0 +1,71 @@
+"""Acceptance measurements for a trained head: tau under the EAGLE-2 tree, and chain acceptance n-alpha.
+
+n-alpha (arXiv 2401.15077 §4.3.2): with a chain draft (top_k 1), the acceptance rate of the draft token at depth
+n + 1 given that depth n was accepted, i.e. with n self-predicted features in the head's input.
+"""
+from __future__ import annotations
+
+import json
+
+from core.baseline import BaselineDecoder
+from core.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.drafter import EagleDrafter
+from core.eagle import Eagle2Decoder
+from core.events import summarize
+from core.models import TargetModel
+
+SPEC_BENCH_GROUPS = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
+
+
+def spec_bench_category(cat: str) -> str:
+    """Spec-Bench's six categories: MT-bench's eight collapse into 'mt_bench'."""
+    return "mt_bench" if cat in SPEC_BENCH_GROUPS else cat
+
+
+def sample_questions(path: str, per_category: int) -> list[dict]:
+    """A fixed sample: the first `per_category` rows of each Spec-Bench category, in file order."""
+    rows = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+    seen: dict[str, int] = {}
+    out = []
+    for r in rows:
+        c = spec_bench_category(r["category"])
+        if seen.get(c, 0) < per_category:
+            seen[c] = seen.get(c, 0) + 1
+            out.append({**r, "group": c})
+    return out
+
+
+def measure(target: TargetModel, tok, drafter: EagleDrafter, questions: list[dict], max_new: int,
+            temperature: float, tree: TreeConfig, chain_depth: int = 5) -> dict:
+    """tau per category (tree), and chain n-alpha for n = 0..chain_depth-1."""
+    dec = Eagle2Decoder(target, drafter)
+    chain = TreeConfig(total_tokens=chain_depth + 1, depth=chain_depth, top_k=1)
+    per_cat: dict[str, list[tuple[int, int]]] = {}
+    reached = [0] * chain_depth
+    accepted = [0] * chain_depth
+    for q in questions:
+        ids = tok(q["turns"][0]).input_ids
+        s = SamplingConfig(temperature=temperature, seed=q["question_id"])
+        st = summarize(list(dec.generate(ids, DecodeConfig(max_new, s, tree))))
+        per_cat.setdefault(q["group"], []).append((st.new_tokens, st.target_forwards))
+        for e in dec.generate(ids, DecodeConfig(max_new, s, chain)):
+            if not e.tree:
+                continue
+            a = e.accepted_drafts
+            for n in range(chain_depth):
+                if a >= n:
+                    reached[n] += 1
+                    accepted[n] += a >= n + 1
+    tau = {c: sum(t for t, _ in v) / sum(f for _, f in v) for c, v in per_cat.items()}
+    all_t = sum(t for v in per_cat.values() for t, _ in v)
+    all_f = sum(f for v in per_cat.values() for _, f in v)
+    return {"temperature": temperature, "tree": tree.__dict__, "prompts": len(questions), "max_new_tokens": max_new,
+            "tau": all_t / all_f, "tau_per_category": tau,
+            "chain_alpha": [accepted[n] / reached[n] if reached[n] else 0.0 for n in range(chain_depth)]}
+
+
+def baseline_text(target: TargetModel, tok, prompt: str, max_new: int) -> str:
+    """Greedy reference continuation (for eyeballing a head's data)."""
+    ids = tok(prompt).input_ids
+    out = [t for e in BaselineDecoder(target).generate(ids, DecodeConfig(max_new)) for t in e.new_token_ids]
+    return tok.decode(out)

@@ -1,0 +1,166 @@
+"""EAGLE-1/2 head training (arXiv 2401.15077 §3.3; eagle.md §6.1), with optional training-time test (EAGLE-3).
+
+Loss per unrolled step j: smooth-L1(predicted feature, target feature) + 0.1 x soft cross-entropy against the
+target's distribution softmax(lm_head(target feature)), both through the frozen target LM head restricted to the
+draft vocabulary. Step 0 reads real (noised) target features; step j > 0 reads the head's own predictions from step
+j - 1 and attends to real context up to i - j plus its own unrolled ancestors, as a depth-(j+1) tree node does at
+inference. Steps are weighted 0.8^j. AdamW, linear warmup then linear decay, gradient clipping, accelerate.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from core.draft_head import EagleHead
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    epochs: float = 2.0
+    lr: float = 3e-4
+    warmup: int = 100
+    tokens_per_batch: int = 4096
+    max_len: int = 768
+    ttt_steps: int = 3  # unrolled steps incl. step 0; 1 = plain EAGLE-1/2 training
+    p_weight: float = 0.1
+    noise: float = 0.2  # uniform noise width on input features, relative to the feature RMS
+    clip: float = 0.5
+    seed: int = 0
+    save_every: int = 200
+
+
+def batches(seqs: list[tuple[torch.Tensor, torch.Tensor]], cfg: FitConfig, rng: random.Random) -> list[list[int]]:
+    """Length-bucketed batches of sequence indices with about tokens_per_batch tokens each."""
+    order = sorted(range(len(seqs)), key=lambda i: (min(len(seqs[i][0]), cfg.max_len), rng.random()))
+    out, cur, width = [], [], 0
+    for i in order:
+        n = min(len(seqs[i][0]), cfg.max_len)
+        if cur and max(width, n) * (len(cur) + 1) > cfg.tokens_per_batch:
+            out.append(cur)
+            cur, width = [], 0
+        cur.append(i)
+        width = max(width, n)
+    if cur:
+        out.append(cur)
+    rng.shuffle(out)
+    return out
+
+
+def collate(seqs, idx: list[int], max_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ids (B, S) long, feat (B, S, H) float, valid (B, S) bool (right padding)."""
+    width = max(min(len(seqs[i][0]), max_len) for i in idx)
+    h = seqs[idx[0]][1].shape[-1]
+    ids = torch.zeros(len(idx), width, dtype=torch.long)
+    feat = torch.zeros(len(idx), width, h)
+    valid = torch.zeros(len(idx), width, dtype=torch.bool)
+    for r, i in enumerate(idx):
+        n = min(len(seqs[i][0]), max_len)
+        ids[r, :n], feat[r, :n], valid[r, :n] = seqs[i][0][:n], seqs[i][1][:n].float(), True
+    return ids, feat, valid
+
+
+def ttt_mask(s: int, j: int, device) -> torch.Tensor:
+    """(S, (j+1)S) bool: step-j query i sees step-0 keys <= i-j and step-m key i-(j-m) for m = 1..j."""
+    i = torch.arange(s, device=device)
+    blocks = [i[None, :] <= (i[:, None] - j)]
+    for m in range(1, j + 1):
+        blocks.append(i[None, :] == (i[:, None] - (j - m)))
+    mask = torch.cat(blocks, dim=1)
+    mask[:, -s:] |= torch.eye(s, dtype=torch.bool, device=device)  # a query always sees itself (padding rows)
+    return mask
+
+
+def losses(head: EagleHead, embed, w_draft: torch.Tensor, ids, feat, valid, cfg: FitConfig, feat_rms: float,
+           gen: torch.Generator | None = None) -> tuple[torch.Tensor, list[float], list[float], list[float]]:
+    """Total loss and per-step (vloss, ploss, top-1 accuracy) for one batch. ids/feat/valid as from collate()."""
+    b, s = ids.shape
+    s -= 1
+    f_in, f_tgt = feat[:, :-1], feat[:, 1:]  # pair i = (f_i, t_{i+1}) predicts f_{i+1}
+    with torch.no_grad():
+        emb = embed(ids[:, 1:]).float()  # (B, S, H)
+        p_tgt = torch.softmax(f_tgt @ w_draft.T, dim=-1)  # (B, S, Vd) target distribution on the draft vocab
+        top_tgt = p_tgt.argmax(-1)
+    noise = (torch.rand(f_in.shape, generator=gen) - 0.5) * cfg.noise * feat_rms
+    pos = torch.arange(s)
+    feats, past, total = f_in + noise, None, 0.0
+    vl, pl, acc = [], [], []
+    for j in range(cfg.ttt_steps):
+        mask = None if j == 0 else ttt_mask(s, j, ids.device)[None, None]
+        out, kv = head(emb, feats, pos, past, mask)  # (B, S, H)
+        m = valid[:, 1:].clone()
+        m[:, :j] = False  # step j needs j earlier predictions
+        mf = m.float()
+        denom = mf.sum().clamp(min=1)
+        v = (F.smooth_l1_loss(out, f_tgt, reduction="none").mean(-1) * mf).sum() / denom
+        logp = torch.log_softmax((out @ w_draft.T).float(), dim=-1)
+        p = (-(p_tgt * logp).sum(-1) * mf).sum() / denom
+        total = total + (0.8**j) * (v + cfg.p_weight * p)
+        vl.append(float(v))
+        pl.append(float(p))
+        acc.append(float(((logp.argmax(-1) == top_tgt).float() * mf).sum() / denom))
+        past = kv if past is None else (torch.cat([past[0], kv[0]], 2), torch.cat([past[1], kv[1]], 2))
+        feats = torch.cat([out[:, :1], out[:, :-1]], dim=1)  # step j+1 reads the prediction made at i-1
+    return total, vl, pl, acc
+
+
+def fit(head: EagleHead, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, ckpt_dir: Path, log) -> dict:
+    """Train in place with accelerate; resumes from ckpt_dir/state.pt. Returns a summary for training.json."""
+    from accelerate import Accelerator
+
+    acc = Accelerator(mixed_precision="bf16")
+    rng = random.Random(cfg.seed)
+    plan = batches(seqs, cfg, rng)
+    total_steps = max(1, int(len(plan) * cfg.epochs))
+    opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda t: min(1.0, (t + 1) / cfg.warmup) * max(0.05, 1 - t / total_steps))
+    head.train()
+    head, opt = acc.prepare(head, opt)
+    w_draft = w_draft.to(acc.device).float()
+    feat_rms = float(torch.cat([f[:256].float() for _, f in seqs[:200]]).pow(2).mean().sqrt())
+    step, t_start, elapsed0 = 0, time.time(), 0.0
+    state_path = ckpt_dir / "state.pt"
+    if state_path.exists():
+        st = torch.load(state_path, map_location="cpu", weights_only=True)
+        acc.unwrap_model(head).load_state_dict(st["head"])
+        opt.load_state_dict(st["opt"])
+        sched.load_state_dict(st["sched"])
+        step, elapsed0 = int(st["step"]), float(st["elapsed"])
+        log(f"resumed from {state_path} at step {step}/{total_steps}")
+    gen = torch.Generator().manual_seed(cfg.seed + step)
+    bar = tqdm(total=total_steps, initial=step, desc="train", unit="step")
+    last = {}
+    while step < total_steps:
+        idx = plan[step % len(plan)]
+        ids, feat, valid = collate(seqs, idx, cfg.max_len)
+        with acc.autocast():
+            loss, vl, pl, ac = losses(head, embed, w_draft, ids, feat, valid, cfg, feat_rms, gen)
+        acc.backward(loss)
+        acc.clip_grad_norm_(head.parameters(), cfg.clip)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+        last = {"loss": loss.item(), "vloss": vl, "ploss": pl, "top1": ac}
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss.item():.3f}", top1="/".join(f"{a:.2f}" for a in ac))
+        if step % 20 == 0:
+            log(f"step {step}/{total_steps} loss {loss.item():.4f} vloss {vl} ploss {pl} top1 {ac}")
+        if step % cfg.save_every == 0 or step == total_steps:
+            tmp = state_path.with_suffix(".tmp")
+            torch.save({"head": acc.unwrap_model(head).state_dict(), "opt": opt.state_dict(),
+                        "sched": sched.state_dict(), "step": step,
+                        "elapsed": elapsed0 + time.time() - t_start}, tmp)
+            tmp.replace(state_path)
+    bar.close()
+    head = acc.unwrap_model(head).eval()
+    return {"steps": total_steps, "batches_per_epoch": len(plan), "epochs": cfg.epochs,
+            "train_seconds": round(elapsed0 + time.time() - t_start, 1), "final": last,
+            "tokens": int(sum(min(len(s[0]), cfg.max_len) for s in seqs))}
