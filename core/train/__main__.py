@@ -41,6 +41,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-per-category", type=int, default=2)
     p.add_argument("--eval-max-new", type=int, default=64)
     p.add_argument("--skip-data", action="store_true", help="train on the shards already on disk")
+    p.add_argument("--init", default=None, help="start from this head folder (same draft vocabulary) instead of random")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="bf16")
     return p.parse_args(argv)
@@ -49,10 +50,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     from core.config import TreeConfig
-    from core.draft_head import HeadConfig, init_head, save_head
+    from core.draft_head import HeadConfig, init_head, load_head, save_head
     from core.drafter import EagleDrafter
     from core.models import DEFAULT_MODEL, load_target
-    from core.train.data import build_shards, draft_vocab, load_shards, read_pool
+    from core.train.data import build_shards, draft_vocab, load_shards, read_pool, token_counts
     from core.train.evaluate import measure, sample_questions
     from core.train.fit import FitConfig, fit
 
@@ -86,10 +87,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     vocab_ids, coverage = (None, 1.0)
     if a.draft_vocab:
-        vocab_ids, coverage = draft_vocab(seqs, a.draft_vocab, target.vocab_size)
+        pool = read_pool(a.prompts, a.text, 10**9, 10**9, a.seed)
+        vocab_ids, coverage = draft_vocab(seqs, a.draft_vocab, target.vocab_size,
+                                          token_counts(tok, pool, target.vocab_size))
     log(f"{len(seqs)} sequences, draft vocab {a.draft_vocab or 'full'} covers {coverage:.4f} of tokens")
     hc = HeadConfig.for_target(target.hidden_size, target.vocab_size, a.draft_vocab)
     head = init_head(hc, vocab_ids, seed=a.seed).float()
+    if a.init:
+        start = load_head(a.init)
+        if not torch.equal(start.vocab_ids, head.vocab_ids):
+            log("--init head has another draft vocabulary; keeping its vocabulary")
+            head = init_head(start.config, start.vocab_ids, seed=a.seed).float()
+        head.load_state_dict(start.state_dict())
+        log(f"initialised from {a.init}")
     w = target.lm_head_weight.detach()
     w_draft = w[head.vocab_ids] if a.draft_vocab else w
     cfg = FitConfig(epochs=a.epochs, lr=a.lr, ttt_steps=a.ttt_steps, tokens_per_batch=a.tokens_per_batch,
@@ -100,8 +110,6 @@ def main(argv: list[str] | None = None) -> int:
     save_head(head, head_dir)
     log(f"saved head to {head_dir}")
     # evaluate with the bf16 head exactly as shipped
-    from core.draft_head import load_head
-
     shipped = load_head(head_dir)
     drafter = EagleDrafter(shipped, target)
     qs = sample_questions(a.eval_questions, a.eval_per_category) if a.eval_per_category else []

@@ -130,10 +130,25 @@ def load_shards(out_dir: Path) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return seqs
 
 
-def draft_vocab(seqs: list[tuple[torch.Tensor, torch.Tensor]], size: int, vocab: int) -> tuple[torch.Tensor, float]:
-    """Most frequent `size` token ids of the data (sorted ascending) and the share of tokens they cover."""
+def draft_vocab(seqs: list[tuple[torch.Tensor, torch.Tensor]], size: int, vocab: int,
+                prior: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
+    """Most frequent `size` token ids of the data (sorted ascending) and the share of data tokens they cover.
+
+    `prior` (token counts of the whole text pool, tokenized only) breaks ties among ids the generated data never
+    used, so a small run still gets a sensible vocabulary.
+    """
     counts = torch.zeros(vocab, dtype=torch.long)
     for ids, _ in seqs:
         counts += torch.bincount(ids, minlength=vocab)
-    top = torch.topk(counts, min(size, vocab)).indices.sort().values
+    score = counts.double() + (1e-6 * prior.double() / max(1.0, float(prior.max())) if prior is not None else 0.0)
+    top = torch.topk(score, min(size, vocab)).indices.sort().values
     return top, float(counts[top].sum() / counts.sum())
+
+
+def token_counts(tok, rows: list[dict], vocab: int) -> torch.Tensor:
+    """Token frequencies of raw pool rows (tokenizer only, no model)."""
+    counts = torch.zeros(vocab, dtype=torch.long)
+    for r in rows:
+        ids = torch.tensor(tok(r["body"]).input_ids, dtype=torch.long)
+        counts += torch.bincount(ids[ids < vocab], minlength=vocab)
+    return counts

@@ -102,8 +102,8 @@ def losses(head: EagleHead, embed, w_draft: torch.Tensor, ids, feat, valid, cfg:
         logp = torch.log_softmax((out @ w_draft.T).float(), dim=-1)
         p = (-(p_tgt * logp).sum(-1) * mf).sum() / denom
         total = total + (0.8**j) * (v + cfg.p_weight * p)
-        vl.append(float(v))
-        pl.append(float(p))
+        vl.append(v.item())
+        pl.append(p.item())
         acc.append(float(((logp.argmax(-1) == top_tgt).float() * mf).sum() / denom))
         past = kv if past is None else (torch.cat([past[0], kv[0]], 2), torch.cat([past[1], kv[1]], 2))
         feats = torch.cat([out[:, :1], out[:, :-1]], dim=1)  # step j+1 reads the prediction made at i-1
@@ -136,7 +136,7 @@ def fit(head: EagleHead, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, ckp
         log(f"resumed from {state_path} at step {step}/{total_steps}")
     gen = torch.Generator().manual_seed(cfg.seed + step)
     bar = tqdm(total=total_steps, initial=step, desc="train", unit="step")
-    last = {}
+    first, last = {}, {}
     while step < total_steps:
         idx = plan[step % len(plan)]
         ids, feat, valid = collate(seqs, idx, cfg.max_len)
@@ -149,6 +149,7 @@ def fit(head: EagleHead, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, ckp
         opt.zero_grad(set_to_none=True)
         step += 1
         last = {"loss": loss.item(), "vloss": vl, "ploss": pl, "top1": ac}
+        first = first or last
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}", top1="/".join(f"{a:.2f}" for a in ac))
         if step % 20 == 0:
@@ -162,5 +163,5 @@ def fit(head: EagleHead, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, ckp
     bar.close()
     head = acc.unwrap_model(head).eval()
     return {"steps": total_steps, "batches_per_epoch": len(plan), "epochs": cfg.epochs,
-            "train_seconds": round(elapsed0 + time.time() - t_start, 1), "final": last,
+            "train_seconds": round(elapsed0 + time.time() - t_start, 1), "first": first, "final": last,
             "tokens": int(sum(min(len(s[0]), cfg.max_len) for s in seqs))}

@@ -1,0 +1,61 @@
+"""EAGLE Playground: plain decoding vs EAGLE-2 speculative decoding, side by side (Gradio app).
+
+python app.py [--model NAME|DIR] [--head DIR] [--device cpu|cuda|mps] [--dtype bf16|fp16|fp32]
+              [--host 127.0.0.1] [--port 7860] [--share] [--log-level INFO]
+Loads the models once, warms them up, then serves; nothing happens at import.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="EAGLE Playground: baseline vs EAGLE-2 decoding side by side")
+    p.add_argument("--model", default=None, help="target model: 'gemma-3-270m' (default), a local folder or hub id")
+    p.add_argument("--head", default=None, help="EAGLE draft-head folder (default: the one shipped for the model)")
+    p.add_argument("--device", default=None, help="cuda | mps | cpu (default: best available)")
+    p.add_argument("--dtype", default=None, help="bf16 | fp16 | fp32 (default: bf16)")
+    p.add_argument("--host", default=None, help="bind address (default 127.0.0.1, or $GRADIO_SERVER_NAME)")
+    p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
+    p.add_argument("--share", action="store_true", help="also open a temporary public *.gradio.live link")
+    p.add_argument("--log-level", default="INFO", help="DEBUG | INFO | WARNING | ERROR")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phone-home calls (offline machines)
+    logging.basicConfig(level=args.log_level.upper(), format="[eagle-playground] %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # Gradio's own start-up probes
+    from app.handlers import warm_up
+    from app.ui import build_demo, launch_options
+    from core.pipeline import build_decoders
+
+    t0 = time.perf_counter()
+    print(f"[eagle-playground] loading model {args.model or 'default'} and head {args.head or 'default'} ...",
+          flush=True)
+    target, tok, baseline, eagle = build_decoders(args.model, args.head, args.device, args.dtype)
+    print(f"[eagle-playground] loaded {target.name} on {target.device} ({target.dtype}) in "
+          f"{time.perf_counter() - t0:.1f} s; warming up ...", flush=True)
+    warm_up(tok, baseline, eagle)
+    info = f"Target **{target.name}** · {target.device.type} · {str(target.dtype).removeprefix('torch.')}"
+    demo = build_demo(tok, baseline, eagle, info=info + (f" · head `{args.head}`" if args.head else ""))
+    opts = dict(server_name=args.host, server_port=args.port, prevent_thread_lock=True, **launch_options())
+    try:
+        _, local_url, share_url = demo.launch(share=args.share, **opts)
+    except Exception as e:  # a share tunnel that cannot start must not take the local app down
+        print(f"[eagle-playground] could not create a public link ({e}); serving locally only", flush=True)
+        demo.close()
+        _, local_url, share_url = demo.launch(share=False, **opts)
+    if args.share and not share_url:
+        print("[eagle-playground] --share: no public link (offline or tunnel blocked); serving locally only",
+              flush=True)
+    print(f"[eagle-playground] ready at {share_url or local_url}", flush=True)
+    demo.block_thread()
+
+
+if __name__ == "__main__":
+    main()

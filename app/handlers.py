@@ -1,0 +1,281 @@
+"""Event functions of the playground: validated inputs -> both decoders raced on one device -> rendered outputs.
+
+No layout here (ui.py) and no per-user state held on the object: `Playground` only binds the loaded models, which
+every session shares read-only; each request's events live in a RunRecord passed through gr.State.
+
+The race: both generators run in one thread on one device, one step at a time, always advancing whichever method
+has used less compute time so far (sum of StepEvent.step_ms, measured inside core). At any moment both panels show
+what each method produced in the same compute time, so each grows at its true speed and UI work never enters a
+measurement. (No `from __future__ import annotations` here: gr.api reads the /run signature's real types.)
+"""
+import time
+from typing import Callable, Iterator
+
+import gradio as gr
+
+from app.plots import stats_figure, tree_figure
+from app.render import (
+    Detokenizer,
+    baseline_html,
+    eagle_html,
+    identical_badge,
+    panel_meta,
+    stats_html,
+    token_depths,
+    token_label,
+    token_steps,
+)
+from app.state import RunRecord
+from core.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.events import StepEvent, summarize
+
+MAX_NEW_TOKENS = 1024  # UI / API cap (core accepts more; this keeps a public demo responsive)
+MAX_PROMPT_TOKENS = 4096
+SIDES = ("baseline", "eagle")
+OUTPUTS = ("baseline-output", "eagle-output", "stats", "stats-charts", "draft-tree", "step-slider", "state")
+_TREE = TreeConfig()  # defaults shown in the UI and used by /run
+
+
+def race(gens: dict[str, Iterator[StepEvent]]) -> Iterator[tuple[str, StepEvent]]:
+    """Interleave generators by compute time: next() the side with the smallest sum of step_ms (ties: dict order)."""
+    spent = {k: 0.0 for k in gens}
+    live = dict(gens)
+    while live:
+        side = min(live, key=lambda k: spent[k])
+        ev = next(live[side], None)
+        if ev is None:
+            del live[side]
+            continue
+        spent[side] += ev.step_ms
+        yield side, ev
+        if ev.finished:
+            del live[side]  # the caller closes every generator when the race ends or is closed
+
+
+def as_int(name: str, value: object) -> int:
+    """Accept ints and integral floats (sliders and JSON clients send 128.0); reject the rest with a message."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"{name} must be a whole number, got {value}")
+    return int(value)
+
+
+def as_float(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def make_config(max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
+                cap: int = MAX_NEW_TOKENS) -> DecodeConfig:
+    """UI values -> DecodeConfig; raises ValueError with a user-readable message (core validates ranges)."""
+    n = as_int("max new tokens", max_new_tokens)
+    if not 1 <= n <= cap:
+        raise ValueError(f"max new tokens must be between 1 and {cap}, got {n}")
+    sampling = SamplingConfig(temperature=as_float("temperature", temperature), top_p=as_float("top-p", top_p),
+                              seed=as_int("seed", seed))
+    tree = TreeConfig(total_tokens=as_int("tree total tokens", total_tokens), depth=as_int("tree depth", depth),
+                      top_k=as_int("tree top-k", top_k))
+    return DecodeConfig(max_new_tokens=n, sampling=sampling, tree=tree)
+
+
+def step_slider(n_steps: int) -> gr.Slider:
+    """The tree-step slider for a request with n_steps verify steps (disabled until there are two to scrub)."""
+    if n_steps < 2:
+        return gr.Slider(minimum=0, maximum=1, value=n_steps, step=1, interactive=False,
+                         label="Draft tree of verify step (scrub after the run)")
+    return gr.Slider(minimum=1, maximum=n_steps, value=n_steps, step=1, interactive=True,
+                     label=f"Draft tree of verify step (1–{n_steps})")
+
+
+def gpu_seconds(max_new_tokens: int) -> int:
+    """ZeroGPU reservation for one request (both methods, generous for a 270M-1B target)."""
+    return int(min(300, 20 + 0.12 * max_new_tokens))
+
+
+def spaces_module():
+    """The Hugging Face `spaces` package (ZeroGPU) when installed, else None; imported only when present."""
+    try:
+        import spaces  # type: ignore
+    except ImportError:
+        return None
+    return spaces
+
+
+class Playground:
+    """The loaded tokenizer and decoders bound to the app's event functions."""
+
+    def __init__(self, tokenizer, baseline, eagle, *, text_every: float = 0.1, plot_every: float = 0.5,
+                 charts_every: float = 2.0, max_new_tokens: int = MAX_NEW_TOKENS):
+        self.tok, self.baseline, self.eagle = tokenizer, baseline, eagle
+        self.text_every, self.plot_every, self.charts_every = text_every, plot_every, charts_every
+        self.cap = max_new_tokens
+        self._labels: dict[int, str] = {}  # token id -> tree label; a pure tokenizer cache, not user data
+        spaces = spaces_module()
+        self.zero_gpu = spaces is not None
+        self._race = self._race_steps  # GPU work; on ZeroGPU wrapped so a GPU is attached for its duration
+        if spaces is not None:
+            self._race = spaces.GPU(duration=lambda prompt_ids, cfg, *_: gpu_seconds(cfg.max_new_tokens))(self._race)
+
+    # ---------------------------------------------------------------------------------- the device work
+
+    def _race_steps(self, prompt_ids: list[int], cfg: DecodeConfig,
+                    should_stop: Callable[[], bool] | None = None) -> Iterator[tuple[str, StepEvent]]:
+        """Both decoders raced step by step until done or should_stop(); closing this generator stops both too."""
+        closed = [False]
+
+        def stop() -> bool:
+            return closed[0] or bool(should_stop and should_stop())
+
+        gens = {"baseline": self.baseline.generate(prompt_ids, cfg, stop),
+                "eagle": self.eagle.generate(prompt_ids, cfg, stop)}
+        try:
+            yield from race(gens)
+        finally:
+            closed[0] = True
+            for g in gens.values():
+                g.close()  # runs the decoders' finally blocks: caches freed now, not at garbage collection
+
+    def _steps(self, record: RunRecord, cfg: DecodeConfig) -> Iterator[tuple[str, StepEvent]]:
+        """The race for one request; the Stop button flips record.stop, which the decoders check after every step.
+        (On ZeroGPU the race runs in a forked worker that cannot see the flag; Stop then cancels the event.)"""
+        should_stop = None if self.zero_gpu else (lambda: record.stop)
+        return self._race(record.prompt_ids, cfg, should_stop)
+
+    # ---------------------------------------------------------------------------------- input boundary
+
+    def prepare(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k):
+        """Validate inputs -> (fresh RunRecord, DecodeConfig); raises gr.Error with a clear message."""
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise gr.Error("Enter a prompt first.", title="Empty prompt")
+        try:
+            cfg = make_config(max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, cap=self.cap)
+        except ValueError as e:
+            raise gr.Error(str(e), title="Invalid setting") from None
+        ids = list(self.tok.encode(prompt))
+        limit = MAX_PROMPT_TOKENS
+        max_pos = getattr(getattr(self.baseline, "target", None), "max_positions", None)
+        if max_pos:
+            limit = min(limit, max_pos - cfg.max_new_tokens - cfg.tree.depth - 1)
+        if len(ids) > limit:
+            raise gr.Error(f"The prompt is {len(ids)} tokens; at most {max(limit, 0)} fit with these settings.",
+                           title="Prompt too long")
+        record = RunRecord(prompt=prompt, prompt_ids=ids, greedy=cfg.sampling.greedy, tree_depth=cfg.tree.depth)
+        return record, cfg
+
+    # ---------------------------------------------------------------------------------- UI events
+
+    def stream(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k):
+        """Run button: stream both panels as a race. Text refreshes at most every text_every s, the draft tree every
+        plot_every s and the charts every charts_every s (plotly re-renders are what costs the browser most)."""
+        record, cfg = self.prepare(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k)
+        det = {s: Detokenizer(self.tok, record.prompt_ids) for s in SIDES}
+        yield self._view(record, det, running=True, tree=True, charts=True)
+        last = dict.fromkeys(("text", "tree", "charts"), time.monotonic())
+        every = {"text": self.text_every, "tree": self.plot_every, "charts": self.charts_every}
+        for side, ev in self._steps(record, cfg):
+            getattr(record, side).append(ev)
+            det[side].add(ev.new_token_ids)
+            now = time.monotonic()
+            due = {k: now - last[k] >= every[k] for k in last}
+            if any(due.values()):
+                last.update({k: now for k, d in due.items() if d})
+                yield self._view(record, det, running=True, tree=due["tree"], charts=due["charts"])
+        for d in det.values():
+            d.flush()
+        yield self._view(record, det, running=False, tree=True, charts=True, final=True)
+
+    def finish(self, record: RunRecord | None):
+        """Stop button: ask the running request to stop after its current step, and show what it produced."""
+        if not record or not (record.baseline or record.eagle):
+            return (gr.skip(),) * len(OUTPUTS)
+        record.stop = True
+        record.baseline, record.eagle = list(record.baseline), list(record.eagle)  # snapshot
+        det = {s: Detokenizer(self.tok, record.prompt_ids) for s in SIDES}
+        for s in SIDES:
+            det[s].add(record.ids(s))
+            det[s].flush()
+        return self._view(record, det, running=False, tree=True, charts=True, final=True)
+
+    def show_step(self, record: RunRecord | None, step):
+        """Step slider: the draft tree of verify step `step` (1-based) of the last request."""
+        steps = record.tree_steps if record else []
+        if not steps:
+            return tree_figure(None, self.label)
+        i = min(max(int(step or 1), 1), len(steps))
+        return tree_figure(steps[i - 1], self.label,
+                           title=f"Step {i} of {len(steps)}: {len(steps[i - 1].tree) - 1} drafted, "
+                                 f"{steps[i - 1].accepted_drafts} accepted + 1 target token")
+
+    @staticmethod
+    def _tree_title(steps: list[StepEvent], running: bool) -> str:
+        if not steps:
+            return ""
+        last = steps[-1]
+        where = f"Step {len(steps)} (live)" if running else f"Step {len(steps)} of {len(steps)}"
+        return f"{where}: {len(last.tree) - 1} drafted, {last.accepted_drafts} accepted + 1 target token"
+
+    def label(self, token_id: int) -> str:
+        if token_id not in self._labels:
+            self._labels[token_id] = token_label(self.tok.decode([token_id], skip_special_tokens=False))
+        return self._labels[token_id]
+
+    def _view(self, record: RunRecord, det: dict[str, Detokenizer], running: bool, tree: bool, charts: bool,
+              final: bool = False) -> tuple:
+        """All outputs (in OUTPUTS order) for the current record."""
+        stats = {s: summarize(getattr(record, s)) for s in SIDES}
+        done = {s: record.finished(s) for s in SIDES}
+        base = baseline_html(record.prompt, det["baseline"].text,
+                             panel_meta(stats["baseline"], running and not done["baseline"], done["baseline"]))
+        eagle = eagle_html(record.prompt, det["eagle"].pieces, det["eagle"].ids, token_depths(record.eagle),
+                           token_steps(record.eagle),
+                           panel_meta(stats["eagle"], running and not done["eagle"], done["eagle"]),
+                           legend_depth=record.tree_depth)
+        badge = identical_badge(record.ids("baseline"), record.ids("eagle"), record.greedy,
+                                complete=done["baseline"] and done["eagle"])
+        table = stats_html(stats["baseline"], stats["eagle"], badge)
+        steps = record.tree_steps
+        charts = stats_figure(stats["baseline"], stats["eagle"]) if charts else gr.skip()
+        tree = tree_figure(steps[-1] if steps else None, self.label,
+                           title=self._tree_title(steps, running)) if tree else gr.skip()
+        if final:
+            slider = step_slider(len(steps))
+        elif running and not record.baseline and not record.eagle:
+            slider = step_slider(0)
+        else:
+            slider = gr.skip()
+        return base, eagle, table, charts, tree, slider, record
+
+    # ---------------------------------------------------------------------------------- API
+
+    def run(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
+            seed: int = 0, total_tokens: int = _TREE.total_tokens, depth: int = _TREE.depth,
+            top_k: int = _TREE.top_k) -> dict:
+        """Generate `prompt` with plain decoding and EAGLE-2; return both texts, whether the token ids are
+        identical, each method's statistics and the speedup (EAGLE-2 tokens/s over baseline tokens/s)."""
+        record, cfg = self.prepare(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k)
+        for side, ev in self._steps(record, cfg):
+            getattr(record, side).append(ev)
+        stats = {s: summarize(getattr(record, s)) for s in SIDES}
+        b, e = stats["baseline"].tokens_per_s, stats["eagle"].tokens_per_s
+        return {
+            "baseline_text": self.tok.decode(record.ids("baseline"), skip_special_tokens=True),
+            "eagle_text": self.tok.decode(record.ids("eagle"), skip_special_tokens=True),
+            "identical": record.ids("baseline") == record.ids("eagle"),
+            "greedy": record.greedy,
+            "baseline_token_ids": record.ids("baseline"),
+            "eagle_token_ids": record.ids("eagle"),
+            "baseline": stats["baseline"].as_dict(),
+            "eagle": stats["eagle"].as_dict(),
+            "speedup": e / b if b else 0.0,
+        }
+
+
+def warm_up(tokenizer, baseline, eagle, tokens: int = 8) -> None:
+    """One short greedy generation per method so the first user's timings exclude one-off start-up costs."""
+    ids = list(tokenizer.encode("The quick brown fox"))
+    cfg = DecodeConfig(max_new_tokens=tokens)
+    for dec in (baseline, eagle):
+        for _ in dec.generate(ids, cfg, None):
+            pass

@@ -1,0 +1,220 @@
+"""Pure rendering: token ids -> exact text pieces -> HTML for the two output panels and the statistics table.
+
+Text comes only from the tokenizer (never reconstructed from strings the engine did not produce). Each generated
+token owns the piece of text its id added to the cumulative decode, so concatenating the pieces always equals
+`tokenizer.decode(ids)`; a character split over several byte tokens is attributed to the token that completes it.
+
+Colours follow the engine's facts, not text search (design.md §5): in an EAGLE-2 step the first
+`len(accepted_path) - 1` tokens are accepted drafts at depths 1, 2, ... and the next one is the target's own token
+(the bonus token, "d0"). The prefill token is the target's own too.
+"""
+from __future__ import annotations
+
+import html
+from typing import Iterable, Protocol, Sequence
+
+from core.events import RunStats, StepEvent
+
+CONTEXT_TOKENS = 16  # prompt tokens decoded in front of the output, so word-initial spaces render as in context
+MAX_DEPTH_CLASS = 12  # style.css defines .d0 .. .d12; deeper drafts share the last colour
+
+
+class Tokenizer(Protocol):
+    def decode(self, ids: list[int], skip_special_tokens: bool = ...) -> str: ...
+
+
+# ------------------------------------------------------------------------------------------ incremental decoding
+
+
+class Detokenizer:
+    """Incremental decode: one text piece per token id, with ''.join(pieces) == decode(context + ids) - decode(context).
+
+    Decodes the cumulative ids after every token and keeps the difference. A trailing U+FFFD (an unfinished multi-byte
+    character) is held back until the bytes that complete it arrive. If a tokenizer rewrites earlier text (space
+    clean-up), earlier pieces are trimmed back to the common prefix so the invariant still holds.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, context_ids: Sequence[int] = ()):
+        self.tok = tokenizer
+        self.context = list(context_ids)[-CONTEXT_TOKENS:]
+        self.base = self._decode(self.context)
+        self.ids: list[int] = []
+        self.pieces: list[str] = []
+        self.text = ""
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=True)
+
+    def add(self, ids: Iterable[int]) -> None:
+        for tid in ids:
+            self.ids.append(tid)
+            self.pieces.append("")
+            self._sync(hold=True)
+
+    def flush(self) -> None:
+        """Release any held-back partial character (end of generation)."""
+        if self.ids:
+            self._sync(hold=False)
+
+    def _sync(self, hold: bool) -> None:
+        full = self._decode(self.context + self.ids)
+        new = full[len(self.base):] if full.startswith(self.base) else full[_common_prefix(full, self.base):]
+        if hold:
+            new = new.rstrip("\ufffd")
+        keep = _common_prefix(self.text, new)
+        extra = len(self.text) - keep
+        i = len(self.pieces) - 1
+        while extra > 0:  # the tokenizer rewrote earlier text: trim pieces from the end back to the common prefix
+            cut = min(extra, len(self.pieces[i]))
+            self.pieces[i] = self.pieces[i][: len(self.pieces[i]) - cut]
+            extra -= cut
+            i -= 1
+        self.pieces[-1] += new[keep:]
+        self.text = new
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+# ------------------------------------------------------------------------------------------ per-token facts
+
+
+def token_depths(events: Iterable[StepEvent]) -> list[int]:
+    """Per generated token: draft depth 1.. for accepted drafts, 0 for the target's own (bonus / prefill) token."""
+    out: list[int] = []
+    for e in events:
+        n_drafts = e.accepted_drafts
+        out.extend(i + 1 if i < n_drafts else 0 for i in range(len(e.new_token_ids)))
+    return out
+
+
+def token_steps(events: Iterable[StepEvent]) -> list[int]:
+    """Per generated token: the step that produced it."""
+    return [e.step for e in events for _ in e.new_token_ids]
+
+
+def token_label(text: str, limit: int = 14) -> str:
+    """Short, whitespace-visible label for a token in the tree plot."""
+    if text == "":
+        return "∅"
+    shown = text.replace("\n", "↵").replace("\t", "⇥").replace(" ", "␣")
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+# ------------------------------------------------------------------------------------------ HTML
+
+
+def _esc(s: str) -> str:
+    return html.escape(s, quote=True)
+
+
+def depth_class(depth: int) -> str:
+    return f"d{min(depth, MAX_DEPTH_CLASS)}"
+
+
+def legend_html(max_depth: int) -> str:
+    """Colour key: the target's own token, then draft depths 1..max_depth."""
+    items = ['<span class="tok d0">target</span>']
+    items += [f'<span class="tok {depth_class(d)}">depth {d}</span>' for d in range(1, max(max_depth, 1) + 1)]
+    return '<div class="legend"><span class="legend-title">token source:</span>' + "".join(items) + "</div>"
+
+
+def _meta(parts: Sequence[str]) -> str:
+    return '<div class="panel-meta">' + " · ".join(_esc(p) for p in parts) + "</div>" if parts else ""
+
+
+def baseline_html(prompt: str, text: str, meta: Sequence[str] = ()) -> str:
+    """Plain continuation after the (muted) prompt."""
+    return (
+        _meta(meta)
+        + '<div class="gen-text"><span class="prompt">' + _esc(prompt) + "</span>"
+        + '<span class="plain">' + _esc(text) + "</span></div>"
+    )
+
+
+def eagle_html(
+    prompt: str,
+    pieces: Sequence[str],
+    ids: Sequence[int],
+    depths: Sequence[int],
+    steps: Sequence[int] = (),
+    meta: Sequence[str] = (),
+    legend_depth: int = 0,
+) -> str:
+    """Every token a span coloured by how it was produced; title shows id, depth and step."""
+    spans = []
+    for i, (piece, tid, d) in enumerate(zip(pieces, ids, depths)):
+        how = f"draft depth {d} (accepted)" if d else "target's own token"
+        step = f" · step {steps[i]}" if i < len(steps) else ""
+        cls = f"tok {depth_class(d)}" + (" empty" if piece == "" else "")
+        spans.append(f'<span class="{cls}" title="id {tid} · {how}{step}">{_esc(piece)}</span>')
+    legend = legend_html(legend_depth) if legend_depth else ""
+    return (
+        _meta(meta) + legend
+        + '<div class="gen-text"><span class="prompt">' + _esc(prompt) + "</span>" + "".join(spans) + "</div>"
+    )
+
+
+def panel_meta(stats: RunStats, running: bool, finished: bool) -> list[str]:
+    """One line over each panel: tokens, speed, state."""
+    state = "generating…" if running else ("done" if finished else "stopped")
+    if not stats.new_tokens:
+        return [state]
+    return [f"{stats.new_tokens} tokens", f"{stats.tokens_per_s:.1f} tok/s", f"{stats.seconds:.2f} s", state]
+
+
+def identical_badge(base_ids: Sequence[int], eagle_ids: Sequence[int], greedy: bool, complete: bool) -> str:
+    """Losslessness check shown at temperature 0: are the two outputs the same token ids?"""
+    if not greedy:
+        return ('<span class="badge neutral">sampling (T &gt; 0): outputs differ run to run; '
+                "EAGLE-2 keeps the target's distribution</span>")
+    n = min(len(base_ids), len(eagle_ids))
+    first_diff = next((i for i in range(n) if base_ids[i] != eagle_ids[i]), None)
+    if first_diff is not None:
+        return f'<span class="badge bad">✗ outputs differ at token {first_diff + 1}</span>'
+    if complete and len(base_ids) == len(eagle_ids):
+        return f'<span class="badge good">✓ token-identical ({n} tokens)</span>'
+    return f'<span class="badge neutral">identical so far ({n} tokens compared)</span>'
+
+
+def is_identical(base_ids: Sequence[int], eagle_ids: Sequence[int]) -> bool:
+    return list(base_ids) == list(eagle_ids)
+
+
+def stats_html(base: RunStats, eagle: RunStats, badge: str = "") -> str:
+    """Side-by-side table of request statistics (metric names as in serving-and-ui.md §1)."""
+    speedup = eagle.tokens_per_s / base.tokens_per_s if base.tokens_per_s and eagle.tokens_per_s else 0.0
+
+    def ms(x: float) -> str:
+        return f"{x * 1000:.0f} ms" if x < 1 else f"{x:.2f} s"
+
+    rows = [
+        ("new tokens", str(base.new_tokens), str(eagle.new_tokens)),
+        ("tokens / s", f"{base.tokens_per_s:.1f}", f"{eagle.tokens_per_s:.1f}"),
+        ("compute time", ms(base.seconds), ms(eagle.seconds)),
+        ("time to first token", ms(base.ttft_s), ms(eagle.ttft_s)),
+        ("target forward passes", str(base.target_forwards), str(eagle.target_forwards)),
+        ("τ (tokens per target forward)", f"{base.tau:.2f}", f"{eagle.tau:.2f}"),
+        ("draft / verify time", f"– / {ms(base.verify_s)}", f"{ms(eagle.draft_s)} / {ms(eagle.verify_s)}"),
+        ("draft acceptance", "–",
+         f"{eagle.accept_rate:.1%} ({eagle.accepted_drafts} of {eagle.drafted_tokens} drafted)"),
+    ]
+    body = "".join(f"<tr><th>{_esc(a)}</th><td>{_esc(b)}</td><td>{_esc(c)}</td></tr>" for a, b, c in rows)
+    head = (
+        f'<div class="stats-head"><span class="speedup{" slower" if speedup < 1 else ""}">{speedup:.2f}× speedup'
+        f"</span>{badge}</div>"
+        if speedup
+        else f'<div class="stats-head">{badge}</div>'
+    )
+    return (
+        head
+        + '<table class="stats-table"><thead><tr><th></th><th>Baseline</th><th>EAGLE-2</th></tr></thead>'
+        + f"<tbody>{body}</tbody></table>"
+        + '<div class="stats-note">Times are compute time measured inside the engine (UI work excluded). '
+        "Acceptance rate counts every drafted tree node, so tree rates look low; τ counts the bonus token.</div>"
+    )

@@ -1,0 +1,117 @@
+"""Layout of the EAGLE Playground and the one place its listeners are wired. build_demo() never launches.
+
+Models come in as arguments (loaded once by app.py, or fakes in tests); per-user data lives in gr.State. CSS and
+theme go to launch() in Gradio 6, so they are returned by launch_options() and passed in exactly one place.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gradio as gr
+
+from app.handlers import MAX_NEW_TOKENS, Playground
+from app.plots import stats_figure, tree_figure
+from core.config import TreeConfig
+
+STATIC = Path(__file__).resolve().parent.parent / "static"
+SANS = ("system-ui", "-apple-system", "Segoe UI", "Roboto", "Helvetica Neue", "Arial", "sans-serif")  # offline
+MONO = ("ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "DejaVu Sans Mono", "monospace")
+PLACEHOLDER = '<div class="gen-text placeholder">Press Run to generate.</div>'
+
+
+def load_examples() -> list[str]:
+    """Completion-style prompts for a base model (static/examples.json)."""
+    path = STATIC / "examples.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+
+
+def launch_options() -> dict:
+    """Arguments for demo.launch(): theme, CSS and the only folder served besides Gradio's own (static/)."""
+    return dict(
+        theme=gr.themes.Default(primary_hue="indigo", secondary_hue="sky", neutral_hue="slate", font=SANS,
+                                font_mono=MONO),
+        css_paths=[STATIC / "style.css"],
+        allowed_paths=[str(STATIC)],
+    )
+
+
+def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str] | None = None,
+               text_every: float = 0.1, plot_every: float = 0.5, max_new_tokens: int = MAX_NEW_TOKENS) -> gr.Blocks:
+    """Blocks wired to the given tokenizer and decoders; `info` is one markdown line (model, head, device)."""
+    pg = Playground(tokenizer, baseline, eagle, text_every=text_every, plot_every=plot_every,
+                    charts_every=max(2.0, 4 * plot_every), max_new_tokens=max_new_tokens)
+    tree_defaults = TreeConfig()
+    examples = load_examples() if examples is None else examples
+    note = getattr(eagle, "note", "")
+
+    with gr.Blocks(title="EAGLE Playground") as demo:
+        # ------------------------------------------------------------------------------------ layout
+        gr.Markdown("# EAGLE Playground\nThe same prompt decoded twice on the same device: plain decoding and "
+                    "**EAGLE-2** speculative decoding, raced by compute time.", elem_id="header")
+        if info:
+            gr.Markdown(info, elem_id="model-info")
+        if note:
+            gr.Markdown(f"⚠️ {note}", elem_id="head-note")
+        with gr.Row(equal_height=True):
+            prompt = gr.Textbox(label="Prompt (completion style: the model continues your text)", lines=3,
+                                max_lines=12, scale=5, elem_id="prompt", placeholder="Once upon a time")
+            with gr.Column(scale=1, min_width=150):
+                run = gr.Button("Run ▶", variant="primary", elem_id="run")
+                stop = gr.Button("Stop ■", variant="stop", elem_id="stop")
+        if examples:
+            gr.Examples(examples=[[e] for e in examples], inputs=[prompt], label="Example prompts",
+                        examples_per_page=12)
+        with gr.Accordion("Settings", open=False, elem_id="settings"):
+            with gr.Row():
+                max_new = gr.Slider(1, max_new_tokens, value=128, step=1, label="Max new tokens",
+                                    elem_id="max-new-tokens")
+                temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature",
+                                        info="0 = greedy: both outputs must be token-identical",
+                                        elem_id="temperature")
+                top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p", elem_id="top-p")
+                seed = gr.Number(value=0, precision=0, minimum=0, label="Seed", elem_id="seed")
+            with gr.Row():
+                total_tokens = gr.Slider(1, 128, value=tree_defaults.total_tokens, step=1,
+                                         label="Tree: total tokens", info="nodes verified per step, root included",
+                                         elem_id="tree-total")
+                depth = gr.Slider(1, 12, value=tree_defaults.depth, step=1, label="Tree: depth",
+                                  info="draft levels below the root", elem_id="tree-depth")
+                top_k = gr.Slider(1, 16, value=tree_defaults.top_k, step=1, label="Tree: top-k",
+                                  info="children per expanded node", elem_id="tree-top-k")
+        with gr.Row():
+            with gr.Column(elem_classes=["panel"]):
+                gr.Markdown("### Baseline · plain decoding", elem_classes=["panel-title"])
+                base_out = gr.HTML(PLACEHOLDER, elem_id="baseline-output", elem_classes=["gen-panel"],
+                                   js_on_load=None)
+            with gr.Column(elem_classes=["panel"]):
+                gr.Markdown("### EAGLE-2 · speculative decoding", elem_classes=["panel-title"])
+                eagle_out = gr.HTML(PLACEHOLDER, elem_id="eagle-output", elem_classes=["gen-panel"],
+                                    js_on_load=None)
+        with gr.Row():
+            with gr.Column(scale=4, min_width=380):
+                stats = gr.HTML('<div class="stats-empty">Statistics appear here.</div>', elem_id="stats",
+                                js_on_load=None)
+            with gr.Column(scale=5):
+                charts = gr.Plot(stats_figure(None, None), show_label=False, elem_id="stats-charts")
+        tree = gr.Plot(tree_figure(None, pg.label), show_label=False, elem_id="draft-tree")
+        step = gr.Slider(0, 1, value=0, step=1, interactive=False, elem_id="step-slider",
+                         label="Draft tree of verify step (scrub after the run)")
+        with gr.Accordion("How it works", open=False, elem_id="how-it-works"):
+            gr.Markdown((STATIC / "intro.md").read_text(encoding="utf-8"), latex_delimiters=[])
+        state = gr.State(None)
+
+        # ------------------------------------------------------------------------------------ listeners
+        inputs = [prompt, max_new, temperature, top_p, seed, total_tokens, depth, top_k]
+        outputs = [base_out, eagle_out, stats, charts, tree, step, state]
+        run_event = run.click(pg.stream, inputs, outputs, api_name="stream", api_visibility="undocumented",
+                              concurrency_limit=1, concurrency_id="device", show_progress="minimal",
+                              show_progress_on=[base_out, eagle_out])
+        stop.click(pg.finish, [state], outputs, cancels=[run_event], queue=False, api_visibility="private")
+        step.input(pg.show_step, [state, step], [tree], trigger_mode="always_last", show_progress="hidden",
+                   api_visibility="private")
+        gr.api(pg.run, api_name="run", concurrency_limit=1, concurrency_id="device",
+               api_description="Generate the prompt with plain decoding and EAGLE-2; returns both texts, "
+                               "token-identity, per-method statistics and the speedup.")
+    demo.queue(default_concurrency_limit=1)
+    return demo

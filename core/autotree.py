@@ -1,0 +1,71 @@
+"""`auto` tree size: the measured verify cost of this target on this hardware, combined with observed acceptance.
+
+EAGLE-2 ranks draft nodes by cumulative draft probability, which is calibrated (arXiv 2406.16858 §3.2): the
+expected number of accepted drafts of a tree is close to the sum of exp(score) over its nodes. One calibration run
+with a large tree records the ranked node scores per step; the best `total_tokens` N maximises
+    (1 + c * E[sum of the top N-1 exp(scores)]) / (draft time + verify time(N)),
+where c rescales predicted to observed acceptance and verify time(N) is timed on this machine.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from core import kv_cache, tree
+from core.config import DecodeConfig, TreeConfig
+from core.eagle import Eagle2Decoder
+from core.models import TargetModel
+from core.timing import now
+
+SIZES = (2, 4, 8, 12, 16, 24, 32, 48, 64)
+
+
+@dataclass(frozen=True)
+class AutoTreeReport:
+    chosen: TreeConfig
+    verify_ms: dict[int, float]  # tree tokens -> verify forward + LM head, ms
+    expected_tokens: dict[int, float]  # tree tokens -> predicted tokens per step
+    draft_ms: float
+    calibration: float
+
+
+def verify_profile(target: TargetModel, sizes=SIZES, prefix: int = 64, repeats: int = 3) -> dict[int, float]:
+    """Best-of-`repeats` ms for one tree verify (forward + LM head) of N tokens after a `prefix`-token context."""
+    cache = target.new_cache()
+    ids = torch.randint(10, 1000, (1, prefix), generator=torch.Generator().manual_seed(0)).to(target.device)
+    target.forward(ids, cache)
+    out = {}
+    for n in sizes:
+        parents = [-1] + [max(0, (i - 1) // 2) for i in range(1, n)]  # a bushy binary tree
+        d, anc = tree.depths(parents), tree.ancestor_mask(parents)
+        best = math.inf
+        for _ in range(repeats):
+            t0 = now(target.device)
+            h, _ = target.forward(ids[:, :n], cache, parents, d, anc)
+            target.logits(h[0]).argmax(-1)
+            best = min(best, now(target.device) - t0)
+            kv_cache.crop(cache, prefix)
+        out[n] = best * 1e3
+    kv_cache.free(cache)
+    return out
+
+
+def choose_tree(decoder: Eagle2Decoder, prompt_ids: list[int], depth: int = 6, top_k: int = 8,
+                max_new_tokens: int = 64, sizes=SIZES) -> AutoTreeReport:
+    """Pick total_tokens for (depth, top_k) from one calibration generation and a verify-latency profile."""
+    big = TreeConfig(total_tokens=max(sizes), depth=depth, top_k=top_k)
+    steps = [e for e in decoder.generate(prompt_ids, DecodeConfig(max_new_tokens, tree=big)) if e.tree]
+    prof = verify_profile(decoder.target, sizes)
+    if not steps:
+        return AutoTreeReport(TreeConfig(depth=depth, top_k=top_k), prof, {}, 0.0, 1.0)
+    ranked = [sorted((math.exp(n.score) for n in e.tree if n.node_id), reverse=True) for e in steps]
+    predicted = sum(sum(r) for r in ranked) / len(steps)
+    observed = sum(e.accepted_drafts for e in steps) / len(steps)
+    c = observed / predicted if predicted > 0 else 1.0
+    draft_ms = sum(e.draft_ms for e in steps) / len(steps)
+    expected = {n: 1.0 + c * sum(sum(r[: n - 1]) for r in ranked) / len(steps) for n in sizes}
+    best = max(sizes, key=lambda n: expected[n] / (draft_ms + prof[n]))
+    return AutoTreeReport(TreeConfig(total_tokens=best, depth=depth, top_k=top_k), prof, expected, draft_ms, c)

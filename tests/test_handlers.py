@@ -1,0 +1,198 @@
+"""Event functions with decoders that replay canned StepEvents: race order, streamed outputs, Stop, validation, /run."""
+from __future__ import annotations
+
+import gradio as gr
+import plotly.graph_objects as go
+import pytest
+
+from app.handlers import OUTPUTS, Playground, make_config, race
+from app.state import RunRecord
+from core.config import TreeConfig
+from core.events import StepEvent
+from fakes import CharTokenizer, ReplayDecoder, baseline_events, eagle_events
+
+TEXT = "Hello world!"
+ARGS = (64, 0.0, 1.0, 0, 24, 6, 6)  # max_new, temperature, top_p, seed, total_tokens, depth, top_k
+
+
+def make(text_every=0.0, plot_every=0.0, base_ms=10.0, eagle_ms=12.0):
+    b = ReplayDecoder("baseline", baseline_events(TEXT, ms=base_ms))
+    e = ReplayDecoder("eagle2", eagle_events(TEXT, plan=[2, 3, 0], ms=eagle_ms))
+    return Playground(CharTokenizer(), b, e, text_every=text_every, plot_every=plot_every), b, e
+
+
+def is_skip(x) -> bool:
+    return isinstance(x, dict) and x.get("__type__") == "update" and len(x) == 1
+
+
+def test_race_advances_the_side_with_less_compute_time():
+    def gen(name, ms, n):
+        return iter([StepEvent(i, name, (i,), step_ms=ms, finished=i == n - 1) for i in range(n)])
+
+    order = [(side, ev.step) for side, ev in race({"a": gen("a", 10, 4), "b": gen("b", 25, 2)})]
+    # spent (a, b) before each pick: (0,0) a, (10,0) b, (10,25) a, (20,25) a, (30,25) b, (30,50) a
+    assert order == [("a", 0), ("b", 0), ("a", 1), ("a", 2), ("b", 1), ("a", 3)]
+
+
+def test_stream_yields_every_output_and_ends_with_full_results():
+    pg, b, e = make()
+    outs = list(pg.stream("Say: ", *ARGS))
+    assert all(o is gr.skip() or (isinstance(o, tuple) and len(o) == len(OUTPUTS)) for o in outs)
+    base, eagle, stats, charts, tree, slider, record = outs[-1]
+    assert "Hello world!" in base and "done" in base
+    assert eagle.count('class="tok d0"') >= 5 and 'class="tok d3"' in eagle
+    assert "token-identical" in stats and "speedup" in stats
+    assert isinstance(charts, go.Figure) and isinstance(tree, go.Figure)
+    assert isinstance(slider, gr.Slider) and slider.maximum == 4 and slider.interactive
+    assert isinstance(record, RunRecord) and record.ids("eagle") == record.ids("baseline") == [ord(c) for c in TEXT]
+    assert b.calls[0][0] == [ord(c) for c in "Say: "] and b.calls[0][1].max_new_tokens == 64
+
+
+def test_stream_updates_are_throttled():
+    pg, b, e = make(text_every=1e9, plot_every=1e9)  # nothing due between the first and the final view
+    outs = list(pg.stream("Say: ", *ARGS))
+    assert len(outs) == 2 and "generating" in outs[0][0] and "done" in outs[1][0]
+
+
+def test_stop_button_stops_both_decoders_after_the_current_step():
+    pg, b, e = make()
+    gen = pg.stream("Say: ", *ARGS)
+    outs = [next(gen) for _ in range(4)]  # first view + 3 steps
+    record = outs[0][-1]
+    produced = b.yielded + e.yielded
+    base, eagle, stats, *_ = pg.finish(record)  # what the Stop button runs (it also cancels the event)
+    assert record.stop and "stopped" in base and "stopped" in eagle
+    rest = list(gen)  # the running handler notices the flag and ends with a final view
+    assert b.yielded + e.yielded == produced  # no decoder produced another step
+    assert b.closed and e.closed
+    final = rest[-1]
+    assert "stopped" in final[0] and "tokens / s" in final[2] and "so far" in final[2]
+    assert len(record.baseline) + len(record.eagle) == produced
+
+
+def test_panels_grow_in_compute_time_order():
+    """Baseline steps cost 10 ms and EAGLE-2 steps 30 ms: the handler runs ~3 baseline steps per EAGLE-2 step."""
+    log: list = []
+    b = ReplayDecoder("baseline", baseline_events(TEXT, ms=10.0), log=log)
+    e = ReplayDecoder("eagle2", eagle_events(TEXT, plan=[2, 3, 0], ms=30.0), log=log)
+    pg = Playground(CharTokenizer(), b, e, text_every=0.0, plot_every=0.0)
+    list(pg.stream("Say: ", *ARGS))
+    spent = {"baseline": 0.0, "eagle2": 0.0}
+    n_total = {"baseline": len(b.events), "eagle2": len(e.events)}
+    done = {"baseline": 0, "eagle2": 0}
+    for method, _ in log:
+        other = "eagle2" if method == "baseline" else "baseline"
+        assert spent[method] <= spent[other] or done[other] == n_total[other]  # the side behind always moves
+        spent[method] += 10.0 if method == "baseline" else 30.0
+        done[method] += 1
+    assert log[:5] == [("baseline", 0), ("eagle2", 0), ("baseline", 1), ("baseline", 2), ("baseline", 3)]
+
+
+def test_closing_the_stream_stops_both_decoders_and_keeps_partial_results():
+    pg, b, e = make()
+    gen = pg.stream("Say: ", *ARGS)
+    outs = [next(gen) for _ in range(5)]
+    gen.close()  # what Gradio does when Stop cancels the event
+    assert b.closed and e.closed
+    assert b.yielded + e.yielded == 4  # no decoder ran ahead
+    record = outs[0][-1]
+    base, eagle, stats, *_ = pg.finish(record)
+    assert "stopped" in base and "stopped" in eagle
+    assert "so far" in stats or "token-identical" in stats
+
+
+def test_finish_without_a_run_changes_nothing():
+    pg, _, _ = make()
+    assert all(o is gr.skip() or is_skip(o) for o in pg.finish(None))
+
+
+def test_show_step_scrubs_every_verify_step():
+    pg, _, e = make()
+    record = list(pg.stream("Say: ", *ARGS))[-1][-1]
+    assert len(record.tree_steps) == 4
+    for i in range(1, 5):
+        fig = pg.show_step(record, i)
+        acc = [t for t in fig.data if t.name == "accepted"][0]
+        assert len(acc.text) == len(record.tree_steps[i - 1].accepted_path)
+    assert pg.show_step(None, 1).layout.annotations
+
+
+@pytest.mark.parametrize("prompt,args,msg", [
+    ("", ARGS, "prompt"),
+    ("   ", ARGS, "prompt"),
+    ("x", (0, 0.0, 1.0, 0, 24, 6, 6), "max new tokens"),
+    ("x", (5000, 0.0, 1.0, 0, 24, 6, 6), "max new tokens"),
+    ("x", (12.5, 0.0, 1.0, 0, 24, 6, 6), "whole number"),
+    ("x", (16, -1.0, 1.0, 0, 24, 6, 6), "temperature"),
+    ("x", (16, 0.0, 0.0, 0, 24, 6, 6), "top_p"),
+    ("x", (16, 0.0, 1.0, -3, 24, 6, 6), "seed"),
+    ("x", (16, 0.0, 1.0, 0, 0, 6, 6), "total_tokens"),
+    ("x", (16, 0.0, 1.0, 0, 24, 99, 6), "depth"),
+    ("x", (16, 0.0, 1.0, 0, 24, 6, "many"), "top-k"),
+])
+def test_invalid_inputs_become_clear_gradio_errors(prompt, args, msg):
+    pg, b, e = make()
+    with pytest.raises(gr.Error) as err:
+        next(pg.stream(prompt, *args))
+    assert msg in str(err.value.message)
+    with pytest.raises(gr.Error):
+        pg.run(prompt, *args)
+    assert not b.calls and not e.calls
+
+
+def test_make_config_accepts_integral_floats_from_sliders():
+    cfg = make_config(128.0, 0, 1, 7.0, 24.0, 6.0, 6.0)
+    assert cfg.max_new_tokens == 128 and cfg.sampling.seed == 7 and cfg.tree == TreeConfig(24, 6, 6)
+
+
+def test_run_api_returns_texts_and_stats():
+    pg, _, _ = make()
+    out = pg.run("Say: ", 64)
+    assert out["baseline_text"] == out["eagle_text"] == TEXT
+    assert out["identical"] is True and out["greedy"] is True
+    assert out["baseline"]["new_tokens"] == out["eagle"]["new_tokens"] == len(TEXT)
+    assert out["eagle"]["tau"] == pytest.approx(12 / 5)
+    assert out["speedup"] == pytest.approx(2.0)
+
+
+def test_run_api_defaults_come_from_core_tree_config():
+    import inspect
+
+    sig = inspect.signature(Playground.run)
+    d = TreeConfig()
+    assert (sig.parameters["total_tokens"].default, sig.parameters["depth"].default,
+            sig.parameters["top_k"].default) == (d.total_tokens, d.depth, d.top_k)
+    assert sig.parameters["max_new_tokens"].default == 128 and sig.parameters["temperature"].default == 0.0
+
+
+def test_prompt_longer_than_the_context_is_refused():
+    pg, b, _ = make()
+    b.target = type("T", (), {"max_positions": 40})()
+    with pytest.raises(gr.Error, match="at most"):
+        pg.run("x" * 30, 16)
+    assert pg.run("x" * 10, 16)["identical"]
+
+
+def test_zero_gpu_wraps_the_device_work_with_a_duration(monkeypatch):
+    """With the `spaces` package present (Hugging Face ZeroGPU) the race runs under spaces.GPU(duration=...)."""
+    import types
+
+    from app.handlers import gpu_seconds
+
+    seen = {}
+
+    def GPU(duration):
+        def wrap(fn):
+            def inner(*args):
+                seen["duration"] = duration(*args)
+                seen["stop"] = args[2]
+                return fn(*args)
+            return inner
+        return wrap
+
+    monkeypatch.setitem(__import__("sys").modules, "spaces", types.SimpleNamespace(GPU=GPU))
+    pg, _, _ = make()
+    assert pg.zero_gpu
+    assert pg.run("Say: ", 300)["identical"]
+    assert seen["duration"] == gpu_seconds(300) and seen["stop"] is None  # flags cannot cross into the worker
+    assert gpu_seconds(1024) > gpu_seconds(128) >= 20

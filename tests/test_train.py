@@ -1,0 +1,99 @@
+"""`python -m core.train` end to end on a tiny random Llama: data, vocabulary, training, resume, export, reload.
+
+Guards: the loss falls; the exported head (official layout + training.json) reloads and decodes losslessly; a rerun
+resumes from the checkpoint instead of starting over; evaluation files are refused as training data; the reduced
+vocabulary maps draft <-> target ids consistently.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import PROMPT, run, tiny_model
+from core.baseline import BaselineDecoder
+from core.config import DecodeConfig, TreeConfig
+from core.draft_head import HeadConfig, init_head, load_head
+from core.drafter import EagleDrafter
+from core.eagle import Eagle2Decoder
+from core.models import TargetModel
+from core.train.__main__ import main
+from core.train.data import read_pool
+from test_generate_cli import word_tokenizer
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("train")
+    tiny_model("llama").save_pretrained(root / "model")
+    word_tokenizer().save_pretrained(root / "model")
+    words = [f"w{i}" for i in range(3, 128)]
+    g = torch.Generator().manual_seed(0)
+    with open(root / "prompts.jsonl", "w") as f:
+        for i in range(8):
+            body = " ".join(words[j] for j in torch.randint(0, 125, (10,), generator=g).tolist())
+            f.write(json.dumps({"id": f"p{i}", "prompt": body}) + "\n")
+    with open(root / "text.jsonl", "w") as f:
+        for i in range(4):
+            body = " ".join(words[j] for j in torch.randint(0, 125, (30,), generator=g).tolist())
+            f.write(json.dumps({"id": f"t{i}", "text": body}) + "\n")
+    with open(root / "questions.jsonl", "w") as f:
+        for i, cat in enumerate(["writing", "qa"]):
+            f.write(json.dumps({"question_id": i, "category": cat, "turns": ["w5 w9 w11 w23"]}) + "\n")
+    return {p.name: p for p in root.iterdir()}
+
+
+def args(s: dict[str, Path], out: Path, epochs: float) -> list[str]:
+    return ["--model", str(s["model"]), "--out", str(out), "--prompts", str(s["prompts.jsonl"]),
+            "--text", str(s["text.jsonl"]), "--n-prompts", "8", "--n-text", "4", "--batch", "4",
+            "--max-prompt", "12", "--new-tokens", "16", "--max-text", "32", "--draft-vocab", "96",
+            "--epochs", str(epochs), "--lr", "3e-3", "--tokens-per-batch", "64", "--ttt-steps", "2",
+            "--eval-questions", str(s["questions.jsonl"]), "--eval-per-category", "1", "--eval-max-new", "8",
+            "--dtype", "fp32"]
+
+
+def test_train_end_to_end_resume_and_lossless_reload(setup, tmp_path):
+    out = tmp_path / "run"
+    assert main(args(setup, out, 2)) == 0
+    card = json.loads((out / "head" / "training.json").read_text())
+    assert card["data"]["prompt_rows"] == 8 and card["data"]["text_rows"] == 4
+    assert card["training"]["final"]["loss"] < card["training"]["first"]["loss"]
+    first_steps = card["training"]["steps"]
+    assert {r["temperature"] for r in card["evaluation"]["results"]} == {0.0, 1.0}
+    assert all(r["tau"] >= 1.0 for r in card["evaluation"]["results"])
+
+    # rerun with more epochs: continues from the checkpoint
+    assert main(args(setup, out, 4)) == 0
+    log = (out / "train.log").read_text()
+    assert f"resumed from {out / 'state.pt'} at step {first_steps}/" in log
+    assert json.loads((out / "head" / "training.json").read_text())["training"]["steps"] == 2 * first_steps
+
+    head = load_head(out / "head")
+    assert head.trained and head.config.draft_vocab_size == 96
+    assert {"fc.weight", "layers.0.self_attn.q_proj.weight", "layers.0.post_attention_layernorm.weight"} <= set(
+        head.state_dict())
+    target = TargetModel(tiny_model("llama").eval())
+    cfg = DecodeConfig(60, tree=TreeConfig(8, 4, 3))
+    base, _ = run(BaselineDecoder(target), PROMPT, cfg)
+    eagle, _ = run(Eagle2Decoder(target, EagleDrafter(head, target)), PROMPT, cfg)
+    assert eagle == base
+
+
+def test_evaluation_sets_are_refused_as_training_data(tmp_path):
+    bad = tmp_path / "spec_bench_questions.jsonl"
+    bad.write_text('{"question_id": 1, "prompt": "x"}\n')
+    with pytest.raises(ValueError, match="evaluation set"):
+        read_pool(str(bad), None, 10, 0, 0)
+
+
+def test_reduced_vocabulary_maps_ids_both_ways():
+    ids = torch.tensor([2, 5, 6, 40, 99, 127])
+    head = init_head(HeadConfig.for_target(64, 128, len(ids)), ids[torch.randperm(len(ids))])
+    assert torch.equal(head.vocab_ids, ids)  # stored sorted
+    draft = torch.arange(len(ids))
+    assert torch.equal(draft + head.d2t, ids)  # draft -> target (EAGLE-3 d2t offsets)
+    t2d = head.t2d()
+    assert t2d.sum() == len(ids) and bool(t2d[ids].all())  # target -> in draft vocabulary
+    assert torch.equal(torch.nonzero(t2d).flatten(), ids)
