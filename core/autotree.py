@@ -35,7 +35,8 @@ class AutoTreeReport:
 def verify_profile(target: TargetModel, sizes=SIZES, prefix: int = 64, repeats: int = 3) -> dict[int, float]:
     """Best-of-`repeats` ms for one tree verify (forward + LM head) of N tokens after a `prefix`-token context."""
     cache = target.new_cache()
-    ids = torch.randint(10, 1000, (1, prefix), generator=torch.Generator().manual_seed(0)).to(target.device)
+    ids = torch.randint(0, min(1000, target.vocab_size), (1, prefix), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(target.device)
     target.forward(ids, cache)
     out = {}
     for n in sizes:
@@ -67,5 +68,8 @@ def choose_tree(decoder: Eagle2Decoder, prompt_ids: list[int], depth: int = 6, t
     c = observed / predicted if predicted > 0 else 1.0
     draft_ms = sum(e.draft_ms for e in steps) / len(steps)
     expected = {n: 1.0 + c * sum(sum(r[: n - 1]) for r in ranked) / len(steps) for n in sizes}
-    best = max(sizes, key=lambda n: expected[n] / (draft_ms + prof[n]))
+    if observed == 0:  # nothing accepted (e.g. an untrained head): drafting cannot pay, verify the least
+        best = min(sizes)
+    else:
+        best = max(sizes, key=lambda n: expected[n] / (draft_ms + prof[n]))
     return AutoTreeReport(TreeConfig(total_tokens=best, depth=depth, top_k=top_k), prof, expected, draft_ms, c)

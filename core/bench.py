@@ -1,0 +1,434 @@
+"""Spec-Bench-style speed benchmark: transformers generate() (plain, prompt lookup) vs our baseline and EAGLE-2.
+
+python -m core.bench --questions FILE.jsonl [--categories a,b] [--limit N] [--per-category N] --max-new-tokens M
+    --methods hf,hf-pld,baseline,eagle2[,eagle2-chain] [--temperature T] [--model M --head H] [--tree auto|T,D,K]
+    [--dtype fp32|bf16] [--device D] [--threads N] [--raw] --json OUT [--html OUT] [--seed S]
+
+Protocol (serving-and-ui.md §2): batch 1, the first turn of each question as the prompt, one uncounted warm-up
+generation per method on the first prompt, then per prompt every method back to back in rotating order (prompt i
+starts with method i mod M) so machine drift hits all alike. Every method is timed the same way: perf_counter (after
+a CUDA synchronize) around the whole call, i.e. around consuming our decoders' generators, not the sum of step_ms.
+Speedup = ratio of mean tokens/s (core.bench_report); tau = sum of new tokens / sum of target forwards, counted for
+generate() with a forward hook. At temperature 0 each method's tokens are compared with `baseline`'s.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from core.bench_report import (  # noqa: F401  (re-exported: the pure arithmetic lives there)
+    category_table, mean_tokens_per_s, pooled_tau, spec_bench_speedup, summarize_rows, summary_table, write_html,
+)
+from core.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.events import RunStats, summarize
+from core.models import TargetModel
+from core.timing import now
+from core.train.evaluate import spec_bench_category
+
+METHODS = ("hf", "hf-pld", "baseline", "eagle2", "eagle2-chain")
+EAGLE_METHODS = ("eagle2", "eagle2-chain")
+PLD_TOKENS = 10  # prompt_lookup_num_tokens, as in Spec-Bench's PLD runs
+
+
+class BenchError(Exception):
+    """A user error: reported as one line on stderr, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line instead of usage + message
+        raise BenchError(message)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = _Parser(prog="python -m core.bench", description=__doc__.split("\n")[0])
+    p.add_argument("--questions", required=True, help="Spec-Bench style jsonl (question_id, category, turns)")
+    p.add_argument("--categories", default="", help="comma list of Spec-Bench categories (or MT-bench ones)")
+    p.add_argument("--per-category", type=int, default=0, help="first N rows per category in file order")
+    p.add_argument("--limit", type=int, default=0, help="cap on the number of prompts")
+    p.add_argument("--max-new-tokens", type=int, required=True)
+    p.add_argument("--methods", default="hf,baseline,eagle2", help="comma list of " + ",".join(METHODS))
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--model", default=None, help="target model name, folder or hub id (default gemma-3-270m)")
+    p.add_argument("--head", default=None, help="EAGLE head folder (default: the pipeline's default head)")
+    p.add_argument("--tree", default="auto", help="'auto' or total_tokens,depth,top_k (e.g. 24,6,6)")
+    p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 (default: the loader's choice)")
+    p.add_argument("--device", default=None, help="cuda | mps | cpu (default: best available)")
+    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's choice)")
+    p.add_argument("--raw", action="store_true", help="feed raw text even when the tokenizer has a chat template")
+    p.add_argument("--json", required=True, help="where to write the results")
+    p.add_argument("--html", default=None, help="optional standalone HTML report")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed base (prompt seed = seed + question_id)")
+    return p.parse_args(argv)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Validated arguments (everything checkable before a model loads)."""
+
+    methods: tuple[str, ...]
+    categories: frozenset[str]
+    tree: TreeConfig | None  # None = auto
+    decode: DecodeConfig  # sampling seed is replaced per prompt
+
+
+def validate(a: argparse.Namespace) -> Plan:
+    """Check arguments at the boundary; raise BenchError / ValueError with a one-line message."""
+    methods = tuple(m.strip() for m in a.methods.split(",") if m.strip())
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise BenchError(f"unknown method(s) {unknown or a.methods!r}; choose from {','.join(METHODS)}")
+    if len(set(methods)) != len(methods):
+        raise BenchError(f"duplicate method in {a.methods!r}")
+    if a.per_category < 0 or a.limit < 0 or a.threads < 0:
+        raise BenchError("--per-category, --limit and --threads must be >= 0")
+    if not Path(a.questions).is_file():
+        raise BenchError(f"questions file {a.questions!r} not found")
+    tree = None if a.tree == "auto" else TreeConfig.parse(a.tree)
+    sampling = SamplingConfig(temperature=a.temperature, seed=a.seed)
+    decode = DecodeConfig(max_new_tokens=a.max_new_tokens, sampling=sampling, tree=tree or TreeConfig())
+    cats = frozenset(c.strip() for c in a.categories.split(",") if c.strip())
+    return Plan(methods, cats, tree, decode)
+
+
+# ------------------------------------------------------------------------------------------------ questions
+
+
+def read_questions(path: str) -> list[dict]:
+    """Rows of a Spec-Bench jsonl; each needs question_id, category and a non-empty turns list."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+                ok = isinstance(r["turns"], list) and r["turns"] and "question_id" in r and "category" in r
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise BenchError(f"{path}:{n}: not a question row ({e})") from None
+            if not ok:
+                raise BenchError(f"{path}:{n}: needs question_id, category and a non-empty turns list")
+            rows.append(r)
+    return rows
+
+
+def select_questions(rows: list[dict], categories: frozenset[str] = frozenset(), per_category: int = 0,
+                     limit: int = 0) -> list[dict]:
+    """Filter by category (Spec-Bench's six or a raw name), take the first N per category in file order, then cap."""
+    known = {spec_bench_category(r["category"]) for r in rows} | {r["category"] for r in rows}
+    if categories - known:
+        raise BenchError(f"unknown categories {sorted(categories - known)}; the file has {sorted(known)}")
+    seen: dict[str, int] = {}
+    out = []
+    for r in rows:
+        group = spec_bench_category(r["category"])
+        if categories and group not in categories and r["category"] not in categories:
+            continue
+        if per_category and seen.get(group, 0) >= per_category:
+            continue
+        seen[group] = seen.get(group, 0) + 1
+        out.append({**r, "group": group})
+    return out[:limit] if limit else out
+
+
+def encode_prompt(tok, text: str, raw: bool = False) -> list[int]:
+    """Raw text with the tokenizer's special tokens, or the chat template as one user turn when there is one."""
+    if raw or not getattr(tok, "chat_template", None):
+        return list(tok(text).input_ids)
+    rendered = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                       tokenize=False)
+    return list(tok(rendered, add_special_tokens=False).input_ids)
+
+
+# ------------------------------------------------------------------------------------------------ loading
+
+
+def load_stack(model: str | None, head: str | None, device: str | None, dtype: str | None):
+    """(target, tokenizer, baseline, eagle, loader name): core.pipeline.build_decoders when present, else our own."""
+    if importlib.util.find_spec("core.pipeline") is not None:
+        from core.pipeline import build_decoders
+
+        return (*build_decoders(model, head, device, dtype), "core.pipeline.build_decoders")
+    from core.baseline import BaselineDecoder
+    from core.draft_head import HeadConfig, init_head, load_head
+    from core.drafter import EagleDrafter
+    from core.eagle import Eagle2Decoder
+    from core.models import load_target
+
+    target, tok = load_target(model, device, dtype)
+    h = load_head(head) if head else init_head(HeadConfig.for_target(target.hidden_size, target.vocab_size))
+    return target, tok, BaselineDecoder(target), Eagle2Decoder(target, EagleDrafter(h, target)), "core.bench fallback"
+
+
+def resolve_tree(given: TreeConfig | None, eagle, prompt_ids: list[int]) -> tuple[TreeConfig, dict]:
+    """The tree to use and how it was chosen; 'auto' (given None) asks core.autotree.choose_tree when it exists."""
+    if given is not None:
+        return given, {"source": "given"}
+    if importlib.util.find_spec("core.autotree") is None:
+        return TreeConfig(), {"source": "auto: no chooser in core, default TreeConfig()"}
+    from core.autotree import choose_tree
+
+    report = choose_tree(eagle, prompt_ids)  # calibrates on the first prompt (the warm-up prompt)
+    return report.chosen, {"source": "auto: core.autotree.choose_tree on the first prompt",
+                           "verify_ms": getattr(report, "verify_ms", None),
+                           "expected_tokens": getattr(report, "expected_tokens", None)}
+
+
+# ------------------------------------------------------------------------------------------------ runners
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One method on one prompt."""
+
+    tokens: tuple[int, ...]
+    seconds: float
+    target_forwards: int | None
+    stats: RunStats | None = None  # our decoders only
+
+
+Runner = Callable[[list[int], int], object]  # (prompt ids, seed) -> raw output, timed as a whole
+Digest = Callable[[object], tuple[tuple[int, ...], int | None, RunStats | None]]
+
+
+def hf_generation_config(target: TargetModel, tok, cfg: DecodeConfig, pld: bool):
+    """An explicit, neutral GenerationConfig matching our SamplingConfig (no repetition penalty, no model defaults)."""
+    from transformers import GenerationConfig
+
+    s = cfg.sampling
+    eos = sorted(target.eos_ids) or None
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (eos[0] if eos else 0)
+    kw = dict(max_new_tokens=cfg.max_new_tokens, min_length=0, num_beams=1, do_sample=not s.greedy, use_cache=True,
+              eos_token_id=eos, pad_token_id=pad, repetition_penalty=1.0, no_repeat_ngram_size=0,
+              encoder_repetition_penalty=1.0, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0,
+              bad_words_ids=None, suppress_tokens=None, begin_suppress_tokens=None, forced_bos_token_id=None,
+              forced_eos_token_id=None, renormalize_logits=False, remove_invalid_values=False)
+    if not s.greedy:
+        kw.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
+    if pld:
+        kw.update(prompt_lookup_num_tokens=PLD_TOKENS)
+    return GenerationConfig(**kw)
+
+
+def trim_at_eos(tokens: list[int], eos_ids: frozenset[int]) -> tuple[int, ...]:
+    """Tokens up to and including the first EOS (our decoders' stopping rule)."""
+    for i, t in enumerate(tokens):
+        if t in eos_ids:
+            return tuple(tokens[: i + 1])
+    return tuple(tokens)
+
+
+def hf_runner(target: TargetModel, gen_cfg, greedy: bool) -> tuple[Runner, Digest]:
+    """target.model.generate() with a forward hook counting target passes (hf: one per token; PLD: per verify)."""
+    model = target.model
+
+    def run(ids: list[int], seed: int):
+        x = torch.tensor([ids], device=target.device)  # (1, P)
+        count = [0]
+        hook = model.register_forward_hook(lambda *_: count.__setitem__(0, count[0] + 1))
+        try:
+            if not greedy:
+                torch.manual_seed(seed)
+            with torch.inference_mode():
+                out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), generation_config=gen_cfg)
+        finally:
+            hook.remove()
+        return out, len(ids), count[0]
+
+    def digest(raw):
+        out, n_prompt, forwards = raw
+        return trim_at_eos(out[0, n_prompt:].tolist(), target.eos_ids), forwards, None
+
+    return run, digest
+
+
+def core_runner(decoder, cfg: DecodeConfig) -> tuple[Runner, Digest]:
+    """Consume one of our decoders' generators; statistics are computed outside the timed region."""
+
+    def run(ids: list[int], seed: int):
+        c = DecodeConfig(cfg.max_new_tokens, SamplingConfig(**{**asdict(cfg.sampling), "seed": seed}), cfg.tree)
+        return list(decoder.generate(ids, c))
+
+    def digest(events):
+        st = summarize(events)
+        return tuple(t for e in events for t in e.new_token_ids), st.target_forwards, st
+
+    return run, digest
+
+
+def make_runners(plan: Plan, target, tok, baseline, eagle, tree: TreeConfig) -> dict[str, tuple[Runner, Digest]]:
+    """Method name -> (timed runner, digest)."""
+    cfg = DecodeConfig(plan.decode.max_new_tokens, plan.decode.sampling, tree)
+    chain = TreeConfig(total_tokens=tree.depth + 1, depth=tree.depth, top_k=1)
+    table = {
+        "hf": lambda: hf_runner(target, hf_generation_config(target, tok, cfg, False), cfg.sampling.greedy),
+        "hf-pld": lambda: hf_runner(target, hf_generation_config(target, tok, cfg, True), cfg.sampling.greedy),
+        "baseline": lambda: core_runner(baseline, cfg),
+        "eagle2": lambda: core_runner(eagle, cfg),
+        "eagle2-chain": lambda: core_runner(eagle, DecodeConfig(cfg.max_new_tokens, cfg.sampling, chain)),
+    }
+    return {m: table[m]() for m in plan.methods}
+
+
+def timed(run: Runner, digest: Digest, ids: list[int], seed: int, device: torch.device) -> Outcome:
+    """Wall-clock one whole generation (synchronized on CUDA), then digest it outside the timed region."""
+    t0 = now(device)
+    raw = run(ids, seed)
+    seconds = now(device) - t0
+    tokens, forwards, stats = digest(raw)
+    return Outcome(tokens, seconds, forwards, stats)
+
+
+# ------------------------------------------------------------------------------------------------ rows
+
+
+def make_row(q: dict, method: str, o: Outcome, reference: tuple[int, ...] | None) -> dict:
+    """One per_prompt row; `reference` = baseline's tokens when compared (T = 0), else None."""
+    n = len(o.tokens)
+    same = None if reference is None else o.tokens == reference
+    first_diff = None
+    if same is False:
+        first_diff = next((i for i, (a, b) in enumerate(zip(o.tokens, reference)) if a != b), min(n, len(reference)))
+    row = {"question_id": q["question_id"], "category": q["group"], "method": method, "new_tokens": n,
+           "seconds": o.seconds, "tokens_per_s": n / o.seconds if o.seconds > 0 else 0.0,
+           "target_forwards": o.target_forwards, "tau": n / o.target_forwards if o.target_forwards else None,
+           "identical_to_baseline": same, "first_mismatch": first_diff}
+    if method in EAGLE_METHODS and o.stats is not None:
+        row.update(steps=o.stats.steps, accepted_drafts=o.stats.accepted_drafts, drafted_tokens=o.stats.drafted_tokens,
+                   accept_rate=o.stats.accept_rate, accept_hist=list(o.stats.accept_hist),
+                   depth_accept=list(o.stats.depth_accept))
+    return row
+
+
+def prompt_rows(q: dict, outcomes: dict[str, Outcome], methods: tuple[str, ...], compare: bool) -> list[dict]:
+    """Rows of one prompt in method order; compared with baseline when `compare` and baseline ran."""
+    ref = outcomes["baseline"].tokens if compare and "baseline" in outcomes else None
+    return [make_row(q, m, outcomes[m], ref) for m in methods]
+
+
+def rotation(methods: tuple[str, ...], i: int) -> tuple[str, ...]:
+    """Prompt i runs the methods starting with method i mod M."""
+    k = i % len(methods)
+    return methods[k:] + methods[:k]
+
+
+def run_bench(questions: list[dict], prompts: list[list[int]], runners: dict, methods: tuple[str, ...],
+              device: torch.device, seed: int, compare: bool, progress=None) -> list[dict]:
+    """Warm up each method once on the first prompt, then run every prompt with rotating method order."""
+    for m in methods:
+        timed(*runners[m], prompts[0], seed + questions[0]["question_id"], device)
+    rows: list[dict] = []
+    for i, (q, ids) in enumerate(zip(questions, prompts)):
+        outcomes = {m: timed(*runners[m], ids, seed + q["question_id"], device) for m in rotation(methods, i)}
+        rows += prompt_rows(q, outcomes, methods, compare)
+        if progress:
+            progress(rows)
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------ wiring
+
+
+def machine_config(a: argparse.Namespace, plan: Plan, target, tree: TreeConfig, tree_info: dict, loader: str,
+                   n_prompts: int) -> dict:
+    """The `config` block of the JSON: machine, software, model and protocol settings."""
+    import transformers
+
+    chain = TreeConfig(total_tokens=tree.depth + 1, depth=tree.depth, top_k=1)
+    return {
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                    "cpu_count": os.cpu_count()},
+        "torch": torch.__version__, "transformers": transformers.__version__, "torch_threads": torch.get_num_threads(),
+        "dtype": str(target.dtype).removeprefix("torch."), "device": str(target.device),
+        "model": target.name, "loader": loader,
+        "tree": {"spec": a.tree, **asdict(tree), **tree_info},
+        "chain_tree": asdict(chain) if "eagle2-chain" in plan.methods else None,
+        "methods": list(plan.methods), "temperature": plan.decode.sampling.temperature,
+        "top_p": plan.decode.sampling.top_p, "top_k": plan.decode.sampling.top_k, "seed": a.seed,
+        "max_new_tokens": plan.decode.max_new_tokens, "questions": a.questions,
+        "categories": sorted(plan.categories) or "all", "per_category": a.per_category, "limit": a.limit,
+        "n_prompts": n_prompts, "prompt_format": "raw" if a.raw else "chat template when the tokenizer has one",
+        "hf_pld_tokens": PLD_TOKENS if "hf-pld" in plan.methods else None,
+        "protocol": "1 warm-up per method; rotating method order; speedup = ratio of mean tok/s; "
+                    "tau = Σ new tokens / Σ target forwards",
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+    }
+
+
+def _progress_bar(total: int, methods: tuple[str, ...]):
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc="prompts", unit="prompt", file=sys.stderr, dynamic_ncols=True)
+    ref = "hf" if "hf" in methods else "baseline"
+    shown = "eagle2" if "eagle2" in methods else None
+
+    def update(rows: list[dict]) -> None:
+        if shown and ref in methods and shown != ref:
+            s = spec_bench_speedup(rows, shown, ref)
+            bar.set_postfix_str(f"{shown} vs {ref} {s:.2f}x" if s else "")
+        bar.update(1)
+
+    return bar, update
+
+
+def bench(a: argparse.Namespace, plan: Plan) -> dict:
+    """Load, select, run, summarize: the whole benchmark as one JSON-ready dict."""
+    questions = select_questions(read_questions(a.questions), plan.categories, a.per_category, a.limit)
+    if not questions:
+        raise BenchError("no questions selected")
+    torch.manual_seed(a.seed)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    target, tok, baseline, eagle, loader = load_stack(a.model, a.head, a.device, a.dtype)
+    prompts = [encode_prompt(tok, q["turns"][0], a.raw) for q in questions]
+    tree, tree_info = resolve_tree(plan.tree, eagle, prompts[0])
+    runners = make_runners(plan, target, tok, baseline, eagle, tree)
+    compare = plan.decode.sampling.greedy and "baseline" in plan.methods
+    print(f"[bench] {target.name} on {target.device} ({target.dtype}), {len(questions)} prompts, "
+          f"methods {','.join(plan.methods)}, tree {tree} ({tree_info['source']}); warming up ...", file=sys.stderr)
+    bar, progress = _progress_bar(len(questions), plan.methods)
+    try:
+        rows = run_bench(questions, prompts, runners, plan.methods, target.device, a.seed, compare, progress)
+    finally:
+        bar.close()
+    head_trained = bool(getattr(getattr(eagle.drafter, "head", None), "trained", False))
+    config = machine_config(a, plan, target, tree, tree_info, loader, len(questions))
+    head = a.head or ("default (packaged)" if head_trained else "none: untrained random head")
+    return {"config": {**config, "head": head, "head_trained": head_trained},
+            "per_prompt": rows, "summary": summarize_rows(rows)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the exit status (0 ok, 2 user error with one line on stderr)."""
+    try:
+        a = parse_args(argv)
+        plan = validate(a)
+        result = bench(a, plan)
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json).write_text(json.dumps(result, indent=1) + "\n")
+        if a.html:
+            Path(a.html).parent.mkdir(parents=True, exist_ok=True)
+            c = result["config"]
+            title = f"EAGLE Playground bench: {c['model']} · {c['device']} · {c['dtype']} · T={c['temperature']}"
+            write_html(a.html, result["per_prompt"], result["summary"], title)
+    except (BenchError, ValueError, OSError) as e:
+        msg = " ".join(str(e).split()) or type(e).__name__
+        print(f"core.bench: error: {msg}", file=sys.stderr)
+        return 2
+    print(summary_table(result["summary"]))
+    print()
+    print(category_table(result["summary"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""Pure Spec-Bench arithmetic over per-prompt rows, and the report renderers (markdown tables, standalone HTML).
+
+Spec-Bench (arXiv 2401.07851, evaluation/speed.py): a prompt's speed = new tokens / wall seconds; a method's speedup
+= its mean speed over the prompts / the reference's mean speed over the same prompts (ratio of means, NOT the mean of
+per-prompt ratios). tau = sum of new tokens / sum of target forward passes (bonus token included; plain decoding =
+1.00). Acceptance figures are pooled over every verify step of every prompt: accept_rate = accepted drafts / drafted
+tree tokens, depth_accept[d-1] = share of verify steps whose accepted path reached depth d (unconditional).
+
+A row is the dict `core.bench` writes to `per_prompt`: question_id, category, method, new_tokens, seconds,
+tokens_per_s, target_forwards (None when unknown), tau, identical_to_baseline (None when not compared), and for EAGLE
+methods accepted_drafts, drafted_tokens, accept_hist.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+Row = dict
+
+
+def _select(rows: Sequence[Row], method: str, category: str | None = None) -> list[Row]:
+    return [r for r in rows if r["method"] == method and (category is None or r["category"] == category)]
+
+
+def mean_tokens_per_s(rows: Sequence[Row], method: str, category: str | None = None) -> float | None:
+    """Mean over prompts of tokens/s (Spec-Bench's per-method speed), or None without rows."""
+    sel = _select(rows, method, category)
+    return sum(r["tokens_per_s"] for r in sel) / len(sel) if sel else None
+
+
+def spec_bench_speedup(rows: Sequence[Row], method: str, reference: str, category: str | None = None) -> float | None:
+    """mean tok/s(method) / mean tok/s(reference) over the prompts both ran (ratio of means), or None."""
+    ref = {r["question_id"]: r["tokens_per_s"] for r in _select(rows, reference, category)}
+    own = {r["question_id"]: r["tokens_per_s"] for r in _select(rows, method, category)}
+    common = [q for q in own if q in ref]
+    if not common:
+        return None
+    ref_mean = sum(ref[q] for q in common) / len(common)
+    return sum(own[q] for q in common) / len(common) / ref_mean if ref_mean > 0 else None
+
+
+def pooled_tau(rows: Sequence[Row], method: str, category: str | None = None) -> float | None:
+    """Sum of new tokens / sum of target forwards, or None when any prompt's forward count is unknown."""
+    sel = _select(rows, method, category)
+    if not sel or any(r.get("target_forwards") is None for r in sel):
+        return None
+    forwards = sum(r["target_forwards"] for r in sel)
+    return sum(r["new_tokens"] for r in sel) / forwards if forwards else None
+
+
+def mismatches(rows: Sequence[Row], method: str) -> int | None:
+    """Prompts whose tokens differ from baseline's; None when no prompt was compared (T > 0 or no baseline)."""
+    flags = [r["identical_to_baseline"] for r in _select(rows, method) if r.get("identical_to_baseline") is not None]
+    return sum(not f for f in flags) if flags else None
+
+
+def acceptance(rows: Sequence[Row], method: str) -> dict:
+    """Pooled draft acceptance rate, per-depth acceptance and acceptance histogram of an EAGLE method."""
+    sel = [r for r in _select(rows, method) if "accept_hist" in r]
+    hist: list[int] = []
+    for r in sel:
+        hist.extend([0] * (len(r["accept_hist"]) - len(hist)))
+        for j, n in enumerate(r["accept_hist"]):
+            hist[j] += n
+    steps = sum(hist)
+    drafted = sum(r["drafted_tokens"] for r in sel)
+    return {
+        "accept_rate": sum(r["accepted_drafts"] for r in sel) / drafted if drafted else None,
+        "depth_accept": [sum(hist[d:]) / steps for d in range(1, len(hist))] if steps else [],
+        "accept_hist": hist,
+    }
+
+
+def _figures(rows: Sequence[Row], method: str, category: str | None, methods: Sequence[str]) -> dict:
+    def vs(ref: str) -> float | None:
+        return spec_bench_speedup(rows, method, ref, category) if ref in methods else None
+
+    return {
+        "n_prompts": len(_select(rows, method, category)),
+        "tokens_per_s": mean_tokens_per_s(rows, method, category),
+        "speedup_vs_hf": vs("hf"),
+        "speedup_vs_baseline": vs("baseline"),
+        "tau": pooled_tau(rows, method, category),
+    }
+
+
+def summarize_rows(rows: Sequence[Row]) -> dict:
+    """{method: {tokens_per_s, speedup_vs_hf, speedup_vs_baseline, tau, mismatches, per_category, [acceptance]}}."""
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    cats = list(dict.fromkeys(r["category"] for r in rows))
+    out = {}
+    for m in methods:
+        s = _figures(rows, m, None, methods)
+        s["mismatches"] = mismatches(rows, m)
+        if any("accept_hist" in r for r in _select(rows, m)):
+            s.update(acceptance(rows, m))
+        s["per_category"] = {c: _figures(rows, m, c, methods) for c in cats}
+        out[m] = s
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- rendering
+
+
+def _num(x: float | None, fmt: str, suffix: str = "") -> str:
+    return "–" if x is None else format(x, fmt) + suffix
+
+
+def reference_of(summary: dict) -> str:
+    """The speedup reference used in per-category views: hf when it ran, else baseline."""
+    return "hf" if "hf" in summary else "baseline"
+
+
+def summary_table(summary: dict) -> str:
+    """Markdown: method | tok/s | speedup vs hf | speedup vs baseline | tau | mismatches."""
+    lines = ["| method | tok/s | speedup vs hf | speedup vs baseline | τ | mismatches |", "|---|---|---|---|---|---|"]
+    for m, s in summary.items():
+        lines.append(f"| {m} | {_num(s['tokens_per_s'], '.1f')} | {_num(s['speedup_vs_hf'], '.2f', 'x')} | "
+                     f"{_num(s['speedup_vs_baseline'], '.2f', 'x')} | {_num(s['tau'], '.2f')} | "
+                     f"{_num(s['mismatches'], 'd')} |")
+    return "\n".join(lines)
+
+
+def category_table(summary: dict) -> str:
+    """Markdown: one row per category, one column per method, cells 'speedup vs reference · tau'."""
+    ref = reference_of(summary)
+    key = f"speedup_vs_{ref}"
+    methods = list(summary)
+    cats = list(next(iter(summary.values()))["per_category"]) if summary else []
+    lines = [f"| category (speedup vs {ref} · τ) | n | " + " | ".join(methods) + " |",
+             "|---|---|" + "---|" * len(methods)]
+    for c in cats + ["overall"]:
+        figs = [summary[m] if c == "overall" else summary[m]["per_category"][c] for m in methods]
+        cells = [f"{_num(f[key], '.2f', 'x')} · {_num(f['tau'], '.2f')}" for f in figs]
+        lines.append(f"| {c} | {figs[0]['n_prompts']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def build_figure(rows: Sequence[Row], summary: dict, title: str = ""):
+    """Plotly figure: speedup per category (bars, one per method) and a per-prompt tau histogram (EAGLE methods)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    ref = reference_of(summary)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(f"Speedup vs {ref} per category (ratio of mean tok/s)",
+                                                         "τ per prompt (EAGLE methods)"))
+    for m, s in summary.items():
+        if m == ref:
+            continue
+        cats = list(s["per_category"]) + ["overall"]
+        ys = [s["per_category"][c][f"speedup_vs_{ref}"] for c in cats[:-1]] + [s[f"speedup_vs_{ref}"]]
+        fig.add_trace(go.Bar(x=cats, y=ys, name=m, legendgroup=m), row=1, col=1)
+    for m in summary:
+        taus = [r["tau"] for r in _select(rows, m) if "accept_hist" in r and r["tau"] is not None]
+        if taus:
+            fig.add_trace(go.Histogram(x=taus, name=f"{m} τ", opacity=0.7, legendgroup=m), row=1, col=2)
+    fig.add_hline(y=1.0, line_dash="dot", line_color="gray", row=1, col=1)
+    fig.update_yaxes(title_text="speedup", row=1, col=1)
+    fig.update_xaxes(title_text="τ (new tokens / target forwards)", row=1, col=2)
+    fig.update_yaxes(title_text="prompts", row=1, col=2)
+    fig.update_layout(title=title, barmode="group", height=480, template="plotly_white")
+    return fig
+
+
+def write_html(path: str, rows: Sequence[Row], summary: dict, title: str = "") -> None:
+    """A standalone HTML report (plotly.js inlined, so it opens offline)."""
+    build_figure(rows, summary, title).write_html(path, include_plotlyjs=True, full_html=True)

@@ -1,0 +1,164 @@
+"""core.bench: end to end on a tiny random Llama saved to disk (all five methods), Spec-Bench arithmetic, CLI errors.
+
+No timing thresholds: only structure, token identity at T = 0 in fp32, and the speedup definition.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from core.bench import encode_prompt, main, rotation, select_questions, trim_at_eos
+from core.bench_report import category_table, pooled_tau, spec_bench_speedup, summarize_rows, summary_table
+from core.draft_head import HeadConfig, init_head, save_head
+from fakes import tiny_tokenizer
+
+METHODS = ["hf", "hf-pld", "baseline", "eagle2", "eagle2-chain"]
+QUESTIONS = [
+    {"question_id": 81, "category": "writing", "turns": ["Once upon a time there was a little fox", "more"]},
+    {"question_id": 82, "category": "roleplay", "turns": ["The capital of France is Paris."]},
+    {"question_id": 201, "category": "translation", "turns": ["def add(a, b):\n    return a + b\n"]},
+    {"question_id": 281, "category": "summarization", "turns": ["Summarize: 1. eggs\n2. milk\n3. flour\n" * 2]},
+]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> dict:
+    """A tiny Llama (varied-output init) + byte-level BPE tokenizer + untrained head, saved as folders."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    root = tmp_path_factory.mktemp("bench")
+    tok = tiny_tokenizer()
+    torch.manual_seed(0)
+    vocab = 1024  # > the tokenizer's 320 (unused rows are harmless); core.autotree's verify profile draws ids < 1000
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                      eos_token_id=tok.eos_token_id, bos_token_id=None, pad_token_id=None, tie_word_embeddings=False,
+                      initializer_range=0.3)  # the stock 0.02 collapses greedy output into a short loop
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.5 * torch.randn_like(p))
+    model.save_pretrained(root / "model")
+    tok.save_pretrained(root / "model")
+    save_head(init_head(HeadConfig.for_target(64, vocab), seed=0), root / "head", dtype=torch.float32)
+    q = root / "questions.jsonl"
+    q.write_text("".join(json.dumps(r) + "\n" for r in QUESTIONS))
+    return {"root": root, "model": str(root / "model"), "head": str(root / "head"), "questions": str(q)}
+
+
+def _args(stack: dict, out, *extra: str) -> list[str]:
+    return ["--questions", stack["questions"], "--model", stack["model"], "--head", stack["head"], "--dtype", "fp32",
+            "--device", "cpu", "--tree", "10,4,3", "--max-new-tokens", "24", "--json", str(out), *extra]
+
+
+def test_end_to_end_all_methods(stack, tmp_path, capsys):
+    out, html = tmp_path / "r.json", tmp_path / "r.html"
+    rc = main(_args(stack, out, "--methods", ",".join(METHODS), "--per-category", "1", "--html", str(html)))
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    res = json.loads(out.read_text())
+    c = res["config"]
+    for key in ("machine", "torch", "torch_threads", "dtype", "device", "model", "head", "tree", "methods",
+                "temperature", "max_new_tokens", "questions", "categories", "n_prompts", "date"):
+        assert key in c, key
+    assert {"platform", "processor", "cpu_count"} <= set(c["machine"])
+    assert c["dtype"] == "float32" and c["n_prompts"] == 3  # writing + roleplay collapse into mt_bench
+    assert (c["tree"]["total_tokens"], c["tree"]["depth"], c["tree"]["top_k"]) == (10, 4, 3)
+    rows = res["per_prompt"]
+    assert len(rows) == 3 * len(METHODS)
+    assert {r["category"] for r in rows} == {"mt_bench", "translation", "summarization"}
+    for r in rows:
+        assert {"question_id", "category", "method", "new_tokens", "seconds", "tokens_per_s", "tau",
+                "identical_to_baseline"} <= set(r)
+        assert 0 < r["new_tokens"] <= 24 and r["seconds"] > 0
+    by = {(r["method"], r["question_id"]): r for r in rows}
+    for qid in (81, 201, 281):
+        assert by[("eagle2", qid)]["identical_to_baseline"] is True
+        assert by[("eagle2-chain", qid)]["identical_to_baseline"] is True
+        assert by[("hf", qid)]["identical_to_baseline"] is True  # HF generate() agrees with core in fp32
+        assert by[("hf-pld", qid)]["identical_to_baseline"] is True
+        assert by[("hf", qid)]["tau"] == pytest.approx(1.0)  # one forward per token, counted by the hook
+        assert by[("baseline", qid)]["tau"] == pytest.approx(1.0)
+    s = res["summary"]
+    assert list(s) == METHODS
+    for m in METHODS:
+        assert {"tokens_per_s", "speedup_vs_hf", "speedup_vs_baseline", "tau", "mismatches",
+                "per_category"} <= set(s[m])
+        assert s[m]["mismatches"] == 0
+        assert set(s[m]["per_category"]) == {"mt_bench", "translation", "summarization"}
+    assert s["hf"]["speedup_vs_hf"] == pytest.approx(1.0)
+    for m in ("eagle2", "eagle2-chain"):
+        assert 0.0 <= s[m]["accept_rate"] <= 1.0 and isinstance(s[m]["depth_accept"], list)
+    assert html.exists() and "plotly" in html.read_text()[:200_000].lower()
+    assert "| method | tok/s | speedup vs hf | speedup vs baseline | τ | mismatches |" in captured.out
+    assert "| eagle2-chain |" in captured.out
+
+
+def test_sampled_run_with_auto_tree(stack, tmp_path, capsys):
+    out = tmp_path / "s.json"
+    rc = main(_args(stack, out, "--methods", "hf,baseline,eagle2", "--limit", "1", "--temperature", "0.8",
+                    "--tree", "auto"))
+    assert rc == 0, capsys.readouterr().err
+    res = json.loads(out.read_text())
+    assert res["config"]["tree"]["spec"] == "auto" and res["config"]["tree"]["source"].startswith("auto")
+    assert res["config"]["head"] == stack["head"] and res["config"]["head_trained"] is True
+    assert all(r["identical_to_baseline"] is None for r in res["per_prompt"])
+    assert all(v["mismatches"] is None for v in res["summary"].values())
+
+
+def _row(qid, method, tps, cat="qa", new=10, fw=10):
+    return {"question_id": qid, "category": cat, "method": method, "new_tokens": new, "seconds": new / tps,
+            "tokens_per_s": tps, "target_forwards": fw, "identical_to_baseline": None}
+
+
+def test_speedup_is_ratio_of_mean_speeds():
+    # prompt 1: hf 10 tok/s, eagle 40 (4x); prompt 2: hf 100, eagle 100 (1x)
+    rows = [_row(1, "hf", 10.0), _row(1, "eagle2", 40.0, new=20, fw=5),
+            _row(2, "hf", 100.0, cat="rag"), _row(2, "eagle2", 100.0, cat="rag", new=10, fw=10)]
+    assert spec_bench_speedup(rows, "eagle2", "hf") == pytest.approx(70.0 / 55.0)  # not (4 + 1) / 2 = 2.5
+    assert spec_bench_speedup(rows, "eagle2", "hf", category="qa") == pytest.approx(4.0)
+    assert pooled_tau(rows, "eagle2") == pytest.approx(30 / 15)  # Σ tokens / Σ forwards, not mean of 4.0 and 1.0
+    s = summarize_rows(rows)
+    assert s["eagle2"]["speedup_vs_hf"] == pytest.approx(70.0 / 55.0)
+    assert s["eagle2"]["speedup_vs_baseline"] is None and s["eagle2"]["mismatches"] is None
+    assert s["eagle2"]["per_category"]["rag"]["speedup_vs_hf"] == pytest.approx(1.0)
+    assert "1.27x" in summary_table(s) and "| overall | 2 |" in category_table(s)
+
+
+def test_pure_helpers():
+    assert rotation(("a", "b", "c"), 4) == ("b", "c", "a")
+    assert trim_at_eos([5, 1, 7, 1], frozenset({1})) == (5, 1)
+    rows = [{"question_id": i, "category": c, "turns": ["x"]} for i, c in
+            enumerate(["writing", "math", "qa", "qa", "writing", "rag"])]
+    assert [r["question_id"] for r in select_questions(rows, per_category=1)] == [0, 2, 5]
+    assert [r["question_id"] for r in select_questions(rows, frozenset({"mt_bench"}))] == [0, 1, 4]
+    assert [r["question_id"] for r in select_questions(rows, limit=2)] == [0, 1]
+
+
+def test_prompt_uses_chat_template_when_present():
+    tok = tiny_tokenizer()
+    assert encode_prompt(tok, "hello") == tok("hello").input_ids
+    tok.chat_template = ("{% for m in messages %}<u>{{ m['content'] }}{% endfor %}"
+                         "{% if add_generation_prompt %}<a>{% endif %}")
+    assert tok.decode(encode_prompt(tok, "hello")) == "<u>hello<a>"
+    assert encode_prompt(tok, "hello", raw=True) == tok("hello").input_ids
+
+
+@pytest.mark.parametrize("extra", [
+    ["--questions", "/nonexistent/q.jsonl"],
+    ["--methods", "hf,medusa"],
+    ["--tree", "24,6"],
+    ["--temperature", "-1"],
+    ["--categories", "poetry"],
+    ["--max-new-tokens", "many"],
+])
+def test_bad_arguments_exit_with_one_line(stack, tmp_path, capsys, extra):
+    args = _args(stack, tmp_path / "x.json", "--methods", "baseline") + extra
+    rc = main(args)
+    err = capsys.readouterr().err.strip()
+    assert rc != 0
+    assert len(err.splitlines()) == 1 and err.startswith("core.bench: error:"), err
+    assert not (tmp_path / "x.json").exists()
