@@ -110,8 +110,7 @@ class EagleDrafter:
             row_of = {n: i for i, n in enumerate(frontier)}
             frontier_feat = out[0, [row_of[pool.parents[n]] for n in nxt]]
             frontier = nxt
-        pool.forwards += 1  # the extend() pass that produced root_feat
-        return pool
+        return pool  # forwards counts expansion passes only; each extend() is counted by the step that runs it
 
     @staticmethod
     def _add(pool: DraftPool, parent: int, scores: list[float], tokens: list[int]) -> list[int]:

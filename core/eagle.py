@@ -79,7 +79,8 @@ class Eagle2Decoder:
                 # 4. commit: compact the target cache to the accepted path; the draft reads the real features
                 kv_cache.keep(cache, prefix, path)
                 t2 = now(tgt.device)
-                if drafting and not done:
+                extended = drafting and not done
+                if extended:
                     feat = dr.extend(dstate, hidden[:, path], torch.tensor([[tokens[i] for i in path[1:]] + [bonus]],
                                                                           device=tgt.device))
                 root = bonus
@@ -91,8 +92,8 @@ class Eagle2Decoder:
                     for i in range(len(tokens))
                 )
                 yield StepEvent(step, self.method, tuple(new), nodes, tuple(path), draft_ms=(t1 - t0 + t3 - t2) * 1e3,
-                                verify_ms=(t2 - t1) * 1e3, step_ms=(t3 - t0) * 1e3,
-                                draft_forwards=pool.forwards if pool else 0, finished=done, note=self.note)
+                                verify_ms=(t2 - t1) * 1e3, step_ms=(t3 - t0) * 1e3, finished=done, note=self.note,
+                                draft_forwards=(pool.forwards if pool else 0) + int(extended))
         finally:
             kv_cache.free(cache)
             dstate.free()

@@ -119,8 +119,9 @@ def fit(head: EagleHead, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, ckp
     plan = batches(seqs, cfg, rng)
     total_steps = max(1, int(len(plan) * cfg.epochs))
     opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    warmup = max(1, min(cfg.warmup, total_steps // 10))  # short runs still reach the peak rate
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda t: min(1.0, (t + 1) / cfg.warmup) * max(0.05, 1 - t / total_steps))
+        opt, lambda t: min(1.0, (t + 1) / warmup) * max(0.05, 1 - t / total_steps))
     head.train()
     head, opt = acc.prepare(head, opt)
     w_draft = w_draft.to(acc.device).float()

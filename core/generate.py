@@ -1,0 +1,126 @@
+"""Command-line generation with either decoder.
+
+    python -m core.generate --prompt "The capital of France is" --method eagle2 --max-new-tokens 64 [--json]
+
+Prints the text then a one-line summary, or with --json one JSON object: method, model, head (null for baseline),
+prompt_tokens, token_ids (generated only), text, stats (RunStats fields + note). Bad input exits with status 2 and
+one line on stderr, no traceback. Arguments are validated before torch and transformers are imported, so typos fail
+fast.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from core.config import DecodeConfig, SamplingConfig, TreeConfig
+
+UNTRAINED = "untrained (freshly initialised)"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line instead of argparse's usage block
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The CLI flags; tree defaults come from TreeConfig."""
+    tree = TreeConfig()
+    p = _Parser(prog="python -m core.generate", description="Generate with the baseline or EAGLE-2 decoder.")
+    p.add_argument("--prompt", required=True, help="prompt text (encoded with the model's tokenizer, BOS added)")
+    p.add_argument("--model", default=None, help="'gemma-3-270m' (default, packaged), a local folder, or a hub id")
+    p.add_argument("--head", default=None,
+                   help="EAGLE-1/2 head folder; default static/heads/gemma-3-270m for the default model if present, "
+                        "else a freshly initialised (untrained) head")
+    p.add_argument("--method", choices=["baseline", "eagle2"], default="eagle2")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--total-tokens", type=int, default=tree.total_tokens, help="tree nodes per step, root included")
+    p.add_argument("--depth", type=int, default=tree.depth, help="draft levels below the root")
+    p.add_argument("--top-k", type=int, default=tree.top_k, help="branching per expanded node")
+    p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 | auto (default: bf16, fp16 on old GPUs)")
+    p.add_argument("--device", default=None, help="cpu | cuda | mps | auto (default: auto)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text + summary")
+    return p.parse_args(argv)
+
+
+def decode_config(args: argparse.Namespace) -> DecodeConfig:
+    """Validated configuration (ValueError on out-of-range values)."""
+    if not args.prompt.strip():
+        raise ValueError("prompt is empty")
+    return DecodeConfig(
+        max_new_tokens=args.max_new_tokens,
+        sampling=SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed),
+        tree=TreeConfig(total_tokens=args.total_tokens, depth=args.depth, top_k=args.top_k),
+    )
+
+
+def generate(args: argparse.Namespace) -> dict:
+    """Load, run one decoder, and return the JSON-able result."""
+    cfg = decode_config(args)
+    _quiet_libraries()
+    from core import pipeline
+    from core.events import summarize
+
+    target, tokenizer, baseline, eagle = pipeline.build_decoders(args.model, args.head, args.device, args.dtype)
+    prompt_ids = pipeline.encode(tokenizer, args.prompt)
+    decoder = eagle if args.method == "eagle2" else baseline
+    events = list(decoder.generate(prompt_ids, cfg))
+    ids = [t for e in events for t in e.new_token_ids]
+    stats = summarize(events).as_dict()
+    stats["note"] = events[0].note if events else ""
+    head = args.head or pipeline.default_head(args.model)
+    return {
+        "method": args.method,
+        "model": target.name,
+        "head": None if args.method == "baseline" else str(head) if head else UNTRAINED,
+        "prompt_tokens": len(prompt_ids),
+        "token_ids": ids,
+        "text": pipeline.decode(tokenizer, ids),
+        "stats": stats,
+    }
+
+
+def summary_line(result: dict) -> str:
+    s = result["stats"]
+    line = (f"[{result['method']}] {s['new_tokens']} tokens in {s['seconds']:.2f} s ({s['tokens_per_s']:.1f} tok/s), "
+            f"tau {s['tau']:.2f}, {s['target_forwards']} target forwards")
+    if result["method"] == "eagle2":
+        line += f", accept rate {s['accept_rate']:.2f}, head {result['head']}"
+    return line + (f"; note: {s['note']}" if s["note"] else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        result = generate(args)
+    except (ValueError, OSError) as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+    else:
+        print(result["text"])
+        print(summary_line(result))
+    return 0
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= 400 else text[:397] + "..."
+
+
+def _quiet_libraries() -> None:
+    """Keep stderr for our own messages: no transformers info/warnings or weight-loading progress bars."""
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

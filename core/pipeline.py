@@ -1,0 +1,84 @@
+"""Assembly shared by the CLI, the app and the benchmark: model and head names -> target, tokenizer, decoders.
+
+Head choice: an explicit folder, else static/heads/gemma-3-270m for the default model when that folder holds a head,
+else a freshly initialised head (lossless, but its drafts are guesses; Eagle2Decoder.note says so).
+Every user-facing failure (missing or unreadable head, wrong shapes, empty prompt) is a ValueError with one line.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.baseline import BaselineDecoder
+from core.draft_head import EagleHead, HeadConfig, init_head, load_head
+from core.drafter import EagleDrafter
+from core.eagle import Eagle2Decoder
+from core.models import DEFAULT_MODEL, TargetModel, load_target
+
+HEADS_DIR = Path(__file__).resolve().parent.parent / "static" / "heads"
+DEFAULT_HEAD_DIR = HEADS_DIR / "gemma-3-270m"
+
+
+def default_head(model: str | None) -> Path | None:
+    """The packaged trained head for the default model, if present."""
+    is_default = not model or model == DEFAULT_MODEL
+    return DEFAULT_HEAD_DIR if is_default and (DEFAULT_HEAD_DIR / "config.json").exists() else None
+
+
+def check_head_path(head: str | Path) -> Path:
+    """Fail early (before loading a model) when a named head folder cannot be a head."""
+    p = Path(head)
+    if not p.is_dir():
+        raise ValueError(f"head {str(p)!r} is not a folder")
+    if not (p / "config.json").is_file():
+        raise ValueError(f"head folder {str(p)!r} has no config.json")
+    return p
+
+
+def read_head(head: str | Path, target: TargetModel) -> EagleHead:
+    """load_head with every reading problem (bad JSON, missing fields, corrupt weights, wrong shapes) as ValueError."""
+    p = check_head_path(head)
+    try:
+        loaded = load_head(p, dtype=target.dtype, device=target.device)
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001 - safetensors / pickle / state-dict errors have no common base class
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"cannot read head {str(p)!r}: {first}") from e
+    return loaded
+
+
+def build_head(target: TargetModel, head: str | Path | None, model: str | None = None) -> EagleHead:
+    """The named head, else the packaged default for the default model, else a fresh untrained one."""
+    path = head or default_head(model)
+    if path:
+        return read_head(path, target)
+    return init_head(HeadConfig.for_target(target.hidden_size, target.vocab_size))
+
+
+def build_decoders(
+    model: str | None = None,
+    head: str | Path | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+) -> tuple[TargetModel, object, BaselineDecoder, Eagle2Decoder]:
+    """Load the target once and bind both decoders to it (same model object, dtype and attention: a fair race)."""
+    if head:
+        check_head_path(head)
+    target, tokenizer = load_target(model, device=device, dtype=dtype)
+    drafter = EagleDrafter(build_head(target, head, model), target)  # ValueError on hidden/vocab mismatch
+    return target, tokenizer, BaselineDecoder(target), Eagle2Decoder(target, drafter)
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    """Prompt text -> ids (special tokens such as BOS added as the tokenizer does); refuses empty prompts."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("prompt is empty")
+    ids = tokenizer(text).input_ids
+    if not ids:
+        raise ValueError("prompt encodes to no tokens")
+    return list(ids)
+
+
+def decode(tokenizer, ids: list[int]) -> str:
+    """Generated ids -> text, special tokens dropped."""
+    return tokenizer.decode(ids, skip_special_tokens=True)

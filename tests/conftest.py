@@ -1,0 +1,179 @@
+"""Shared fixtures: tiny random target models built from configs in code (fp32, CPU, sdpa), untrained heads.
+
+Random weights at the stock init (std 0.02) make greedy decoding collapse into a short loop after a few tokens, which
+would let a 200-token equivalence test pass on 5 distinct tokens. The builders therefore scale the init up (and, for
+Gemma 3, randomise the (1 + w) norms so the sqrt(H)-scaled tied embedding does not dominate the residual and make
+every token predict itself). `assert_varied` guards this in the tests that rely on it.
+
+Helpers are plain functions here so test modules can `from conftest import ...` (tests/ has no __init__.py).
+"""
+from __future__ import annotations
+
+import functools
+import random
+
+import pytest
+import torch
+from transformers import (
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from core import tree as tree_lib
+from core.config import DecodeConfig
+from core.draft_head import EagleHead, HeadConfig, init_head
+from core.drafter import DraftPool, DraftState, EagleDrafter
+from core.models import TargetModel
+
+# Tiny models are dispatch-bound: with 2 threads on a shared 2-core runner, a 200-token run took ~30x longer than
+# with 1 (thread oversubscription whenever anything else runs).
+torch.set_num_threads(1)
+
+KINDS = ("llama", "qwen2", "qwen3", "mistral", "gemma3")
+SLIDING_WINDOW = 8
+# 20 tokens: longer than the sliding window of the Mistral and Gemma 3 fixtures
+PROMPT = [3, 17, 42, 5, 9, 11, 23, 31, 7, 2, 60, 8, 19, 44, 1, 90, 33, 12, 71, 26]
+
+_COMMON = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=2048, bos_token_id=None, eos_token_id=None,
+               pad_token_id=None)
+
+
+def _build(kind: str, vocab: int, seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    common = dict(_COMMON, vocab_size=vocab)
+    if kind == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**common, initializer_range=0.3))
+    elif kind == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(**common, initializer_range=0.6))  # q/k/v biases
+    elif kind == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(**common, head_dim=16, initializer_range=0.3))  # q_norm / k_norm
+    elif kind == "mistral":
+        model = MistralForCausalLM(MistralConfig(**common, head_dim=16, sliding_window=SLIDING_WINDOW,
+                                                 initializer_range=0.3))
+    elif kind == "gemma3":
+        cfg = Gemma3TextConfig(
+            **dict(common, num_hidden_layers=3), head_dim=24,  # head_dim != 64 / 4
+            sliding_window=SLIDING_WINDOW, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            query_pre_attn_scalar=24, final_logit_softcapping=30.0, tie_word_embeddings=True, initializer_range=0.3,
+        )
+        model = Gemma3ForCausalLM(cfg)
+    else:
+        raise ValueError(kind)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" not in name:
+                continue
+            if kind == "gemma3":  # Gemma norms scale by (1 + w); w starts at 0
+                p.normal_(8.0 if ".post_" in name else 2.0 if name == "model.norm.weight" else 0.0, 1.0)
+            else:
+                p.copy_(1.0 + (2.0 if kind == "qwen3" else 0.5) * torch.randn_like(p))
+        if kind == "gemma3":
+            model.model.embed_tokens.weight.normal_(0.0, 1.0 / 8.0)  # times sqrt(64) in the model: unit scale
+    model.config._attn_implementation = "sdpa"
+    model.generation_config.eos_token_id = None
+    return model.eval()
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_model(kind: str, vocab: int = 128, seed: int = 0) -> torch.nn.Module:
+    """A cached tiny random HF causal LM (fp32, CPU). Never mutate it; wrap it in a new TargetModel instead."""
+    return _build(kind, vocab, seed)
+
+
+def tiny_target(kind: str, vocab: int = 128, seed: int = 0, eos: tuple[int, ...] = ()) -> TargetModel:
+    """A fresh TargetModel over the cached tiny model; eos_ids cleared (or set) so long outputs are possible."""
+    tgt = TargetModel(tiny_model(kind, vocab, seed), name=f"tiny-{kind}")
+    tgt.eos_ids = frozenset(eos)
+    return tgt
+
+
+def tiny_head(target: TargetModel, vocab_ids: torch.Tensor | None = None, seed: int = 0) -> EagleHead:
+    """An untrained EAGLE head for `target` (optionally over a reduced draft vocabulary)."""
+    draft_vocab = 0 if vocab_ids is None else len(vocab_ids)
+    return init_head(HeadConfig.for_target(target.hidden_size, target.vocab_size, draft_vocab), vocab_ids, seed=seed)
+
+
+def run(decoder, prompt: list[int], cfg: DecodeConfig) -> tuple[list[int], list]:
+    """All generated ids and the events of one decode call."""
+    events = list(decoder.generate(prompt, cfg))
+    return [t for e in events for t in e.new_token_ids], events
+
+
+def period(tokens: list[int], tail: int = 100) -> int | None:
+    """Smallest period of the last `tail` tokens, or None."""
+    seq = tokens[-tail:]
+    for p in range(1, len(seq) // 2 + 1):
+        if all(seq[i] == seq[i + p] for i in range(len(seq) - p)):
+            return p
+    return None
+
+
+def assert_varied(tokens: list[int], min_distinct: int = 12) -> None:
+    """The output is not a short loop (otherwise a long equivalence test proves little)."""
+    assert len(set(tokens[-100:])) >= min_distinct, f"output too repetitive: {tokens[-40:]}"
+    p = period(tokens)
+    assert p is None or p > 30, f"output is {p}-periodic: {tokens[-40:]}"
+
+
+class OracleDrafter(EagleDrafter):
+    """A drafter that plants the reference continuation along one random path of the real candidate pool.
+
+    An untrained head rarely guesses the target's token, so it barely exercises multi-token acceptance, cache
+    compaction of non-contiguous paths, or EOS/max-token clipping inside an accepted chunk. Any deterministic proposal
+    keeps decoding lossless, so planting the known answer is legitimate; `reach` caps the planted depth at random so
+    acceptance lengths vary (0 .. depth).
+    """
+
+    def __init__(self, head: EagleHead, target: TargetModel, reference: list[int], seed: int = 0):
+        super().__init__(head, target)
+        self.reference = reference  # prompt + the baseline's output
+        self.rng = random.Random(seed)
+
+    def grow(self, st: DraftState, root_token: int, root_feat: torch.Tensor, tree) -> DraftPool:
+        pool = super().grow(st, root_token, root_feat, tree)
+        kids = tree_lib.children(pool.parents)
+        level = tree_lib.depths(pool.parents)
+        at = st.length  # index of the root token in prompt + generated
+        node, reach = 0, self.rng.randint(0, tree.depth)
+        for j in range(1, reach + 1):
+            if at + j >= len(self.reference):
+                break
+            expanded = [c for c in kids[node] if kids[c]] if j < reach else kids[node]
+            if expanded:
+                node = self.rng.choice(expanded)
+            else:  # the real tree does not go deeper here: re-hang a random node of depth j below `node`
+                node_new = self.rng.choice([i for i, d in enumerate(level) if d == j])
+                pool.parents[node_new], node = node, node_new
+                kids = tree_lib.children(pool.parents)
+            pool.tokens[node] = self.reference[at + j]
+            pool.scores[node] = -1e-6 * j  # best-ranked, so the rerank keeps the planted path
+        return pool
+
+
+@pytest.fixture
+def tiny_llama() -> TargetModel:
+    return tiny_target("llama")
+
+
+@pytest.fixture
+def tiny_gemma3() -> TargetModel:
+    return tiny_target("gemma3")
+
+
+@pytest.fixture
+def tiny_mistral() -> TargetModel:
+    return tiny_target("mistral")
+
+
+@pytest.fixture
+def rng() -> torch.Generator:
+    return torch.Generator().manual_seed(1234)

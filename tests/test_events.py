@@ -1,0 +1,86 @@
+"""summarize() arithmetic on hand-made events (design.md §8.6), and the draft-forward accounting of a real run."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from conftest import PROMPT, run, tiny_head, tiny_target
+from core.config import DecodeConfig, TreeConfig
+from core.drafter import EagleDrafter
+from core.eagle import Eagle2Decoder
+from core.events import RunStats, StepEvent, TreeNode, summarize
+
+
+def nodes(parents: list[int], accepted: tuple[int, ...]) -> tuple[TreeNode, ...]:
+    depth = [0] * len(parents)
+    for i in range(1, len(parents)):
+        depth[i] = depth[parents[i]] + 1
+    return tuple(TreeNode(i, p, 100 + i, depth[i], -0.1 * i, i in accepted) for i, p in enumerate(parents))
+
+
+def eagle_events() -> list[StepEvent]:
+    e0 = StepEvent(0, "eagle2", (7,), draft_ms=2.0, verify_ms=8.0, step_ms=10.0, draft_forwards=1)
+    e1 = StepEvent(1, "eagle2", (101, 103, 5), nodes([-1, 0, 0, 1, 2], (0, 1, 3)), (0, 1, 3),
+                   draft_ms=3.0, verify_ms=2.0, step_ms=5.0, draft_forwards=3)
+    e2 = StepEvent(2, "eagle2", (9,), nodes([-1, 0, 1, 1], (0,)), (0,), draft_ms=1.0, verify_ms=3.0, step_ms=4.0,
+                   draft_forwards=3)
+    e3 = StepEvent(3, "eagle2", (102, 6), nodes([-1, 0, 0, 0, 1, 2], (0, 2)), (0, 2), draft_ms=0.5, verify_ms=0.5,
+                   step_ms=1.0, draft_forwards=3, finished=True)
+    return [e0, e1, e2, e3]
+
+
+def test_summarize_eagle_arithmetic():
+    s = summarize(eagle_events())
+    assert s.method == "eagle2"
+    assert s.new_tokens == 1 + 3 + 1 + 2
+    assert s.seconds == pytest.approx(0.020)
+    assert s.tokens_per_s == pytest.approx(7 / 0.020)
+    assert s.ttft_s == pytest.approx(0.010)
+    assert s.target_forwards == 4
+    assert s.tau == pytest.approx(7 / 4)  # bonus tokens included; prefill counts as a forward
+    assert s.draft_forwards == 10
+    assert s.draft_s == pytest.approx(0.0065) and s.verify_s == pytest.approx(0.0135)
+    assert s.steps == 3  # verify steps, prefill excluded
+    assert s.drafted_tokens == 4 + 3 + 5  # non-root tree nodes
+    assert s.accepted_drafts == 2 + 0 + 1
+    assert s.accept_rate == pytest.approx(3 / 12)
+    assert s.accept_hist == (1, 1, 1)  # one step each with 0, 1, 2 accepted drafts
+    assert s.depth_accept == pytest.approx((2 / 3, 1 / 3))  # unconditional: P(path reaches depth d)
+
+
+def test_summarize_baseline_and_empty():
+    events = [StepEvent(i, "baseline", (i,), verify_ms=2.0, step_ms=2.0) for i in range(5)]
+    s = summarize(events)
+    assert (s.method, s.new_tokens, s.target_forwards, s.tau, s.steps) == ("baseline", 5, 5, 1.0, 0)
+    assert s.tokens_per_s == pytest.approx(500.0)
+    assert s.accept_hist == () and s.depth_accept == () and s.accept_rate == 0.0
+    empty = summarize([])
+    assert (empty.new_tokens, empty.seconds, empty.tokens_per_s, empty.tau) == (0, 0.0, 0.0, 0.0)
+
+
+def test_as_dict_is_plain_data():
+    d = summarize(eagle_events()).as_dict()
+    assert d["accept_hist"] == [1, 1, 1] and isinstance(d["depth_accept"], list)
+    assert set(d) == {f.name for f in dataclasses.fields(RunStats)}
+
+
+def test_events_are_frozen():
+    e = eagle_events()[1]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        e.step = 3
+    assert e.accepted_drafts == 2 and StepEvent(0, "eagle2", (1,)).accepted_drafts == 0
+
+
+@pytest.mark.parametrize("tree", [TreeConfig(10, 3, 2), TreeConfig(2, 1, 1), TreeConfig(1, 1, 1)],
+                         ids=lambda t: f"T{t.total_tokens}-D{t.depth}-K{t.top_k}")
+def test_draft_forwards_count_real_head_calls(tree):
+    """RunStats.draft_forwards equals the number of draft-head passes actually run (each counted once)."""
+    tgt = tiny_target("llama")
+    head = tiny_head(tgt)
+    calls = []
+    forward = head.forward
+    head.forward = lambda *a, **k: calls.append(1) or forward(*a, **k)
+    _, events = run(Eagle2Decoder(tgt, EagleDrafter(head, tgt)), PROMPT, DecodeConfig(max_new_tokens=20, tree=tree))
+    assert summarize(events).draft_forwards == len(calls)
+    assert summarize(events).target_forwards == len(events)

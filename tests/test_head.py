@@ -1,0 +1,166 @@
+"""Draft-head checkpoints in the official EAGLE-1/2 layout, and the drafter's refusal of a head for another target."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from conftest import PROMPT, run, tiny_head, tiny_target
+from core.config import DecodeConfig, TreeConfig
+from core.draft_head import EagleHead, HeadConfig, init_head, load_head, save_head
+from core.drafter import EagleDrafter
+from core.eagle import Eagle2Decoder
+
+OFFICIAL_KEYS = {
+    "fc.weight", "fc.bias",
+    "layers.0.self_attn.q_proj.weight", "layers.0.self_attn.k_proj.weight", "layers.0.self_attn.v_proj.weight",
+    "layers.0.self_attn.o_proj.weight",
+    "layers.0.mlp.gate_proj.weight", "layers.0.mlp.up_proj.weight", "layers.0.mlp.down_proj.weight",
+    "layers.0.post_attention_layernorm.weight",
+}
+
+
+def head_for(hidden: int = 64, vocab: int = 128, **kw) -> EagleHead:
+    c = HeadConfig(hidden_size=hidden, intermediate_size=96, num_attention_heads=2, num_key_value_heads=1,
+                   head_dim=32, vocab_size=vocab, **kw)
+    head = init_head(c, seed=4)
+    with torch.no_grad():
+        head.fc.bias.normal_() if head.fc.bias is not None else None
+        head.layers[0].post_attention_layernorm.weight.normal_()
+    return head
+
+
+def assert_same_weights(a: EagleHead, b: EagleHead, atol: float = 0.0) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert set(sa) == set(sb)
+    for k in sa:
+        torch.testing.assert_close(sa[k].float(), sb[k].float(), rtol=0, atol=atol)
+
+
+def test_save_load_round_trip_official_layout(tmp_path):
+    head = head_for()
+    save_head(head, tmp_path, dtype=torch.float32)
+    assert set(load_file(str(tmp_path / "model.safetensors"))) == OFFICIAL_KEYS
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["num_hidden_layers"] == 1
+    assert (cfg["hidden_size"], cfg["vocab_size"], cfg["head_dim"], cfg["bias"]) == (64, 128, 32, True)
+    loaded = load_head(tmp_path)
+    assert loaded.config == head.config and loaded.trained and not head.trained
+    assert_same_weights(head, loaded)
+    assert torch.equal(loaded.vocab_ids, torch.arange(128))
+
+
+def test_default_save_is_bf16(tmp_path):
+    head = head_for()
+    save_head(head, tmp_path)
+    assert all(t.dtype == torch.bfloat16 for t in load_file(str(tmp_path / "model.safetensors")).values())
+    loaded = load_head(tmp_path)
+    assert next(loaded.parameters()).dtype == torch.float32
+    for k, v in head.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[k], v.to(torch.bfloat16).float())
+
+
+def test_pytorch_model_bin_with_model_prefix(tmp_path):
+    """Older releases ship pytorch_model.bin (read with weights_only=True), some with a `model.` prefix and the
+    embedding / lm_head copies, which are ignored (the target's are used)."""
+    head = head_for()
+    save_head(head, tmp_path, dtype=torch.float32)
+    (tmp_path / "model.safetensors").unlink()
+    sd = {f"model.{k}": v for k, v in head.state_dict().items()}
+    sd["embed_tokens.weight"] = torch.zeros(128, 64)
+    torch.save(sd, tmp_path / "pytorch_model.bin")
+    assert_same_weights(head, load_head(tmp_path))
+
+
+def test_no_bias_config_round_trip(tmp_path):
+    head = head_for(bias=False)
+    assert head.fc.bias is None
+    save_head(head, tmp_path, dtype=torch.float32)
+    assert set(load_file(str(tmp_path / "model.safetensors"))) == OFFICIAL_KEYS - {"fc.bias"}
+    assert json.loads((tmp_path / "config.json").read_text())["bias"] is False
+    loaded = load_head(tmp_path)
+    assert loaded.fc.bias is None and not loaded.config.bias
+    assert_same_weights(head, loaded)
+
+
+def test_config_says_no_bias_but_file_has_one(tmp_path):
+    """EAGLE #100: the file wins."""
+    head = head_for()
+    save_head(head, tmp_path, dtype=torch.float32)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["bias"] = False
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    loaded = load_head(tmp_path)
+    assert loaded.config.bias and loaded.fc.bias is not None
+    assert_same_weights(head, loaded)
+
+
+def test_reduced_vocab_d2t_round_trip(tmp_path):
+    ids = torch.tensor([0, 3, 4, 10, 77, 127])
+    head = init_head(HeadConfig.for_target(64, 128, draft_vocab=len(ids)), ids[torch.randperm(len(ids))], seed=1)
+    assert torch.equal(head.vocab_ids, ids)  # kept sorted
+    save_head(head, tmp_path, dtype=torch.float32)
+    sd = load_file(str(tmp_path / "model.safetensors"))
+    assert torch.equal(sd["d2t"], ids - torch.arange(len(ids)))  # EAGLE-3 convention: target = draft + d2t[draft]
+    assert sd["t2d"].dtype == torch.bool and sd["t2d"].sum() == len(ids) and sd["t2d"][ids].all()
+    assert json.loads((tmp_path / "config.json").read_text())["draft_vocab_size"] == len(ids)
+    loaded = load_head(tmp_path)
+    assert torch.equal(loaded.vocab_ids, ids) and loaded.config.draft_vocab_size == len(ids)
+    assert_same_weights(head, loaded)
+
+
+def test_loaded_head_drafts_like_the_original(tmp_path):
+    """Same weights (fp32 file) -> the same draft trees, step for step."""
+    tgt = tiny_target("llama")
+    head = tiny_head(tgt, vocab_ids=torch.arange(0, 128, 2), seed=5)
+    save_head(head, tmp_path, dtype=torch.float32)
+    cfg = DecodeConfig(max_new_tokens=30, tree=TreeConfig(10, 3, 3))
+    a = run(Eagle2Decoder(tgt, EagleDrafter(head, tgt)), PROMPT, cfg)[1]
+    dec = Eagle2Decoder(tgt, EagleDrafter(load_head(tmp_path), tgt))
+    b = run(dec, PROMPT, cfg)[1]
+    assert [e.tree for e in a] == [e.tree for e in b]
+    assert dec.note == "" and a[0].note  # only an untrained head is flagged
+
+
+@pytest.mark.parametrize("problem", ["no_config", "no_weights", "eagle3", "missing_key", "wrong_shape"])
+def test_load_head_refuses_bad_folders(tmp_path, problem):
+    save_head(head_for(), tmp_path, dtype=torch.float32)
+    sd = load_file(str(tmp_path / "model.safetensors"))
+    if problem == "no_config":
+        (tmp_path / "config.json").unlink()
+    elif problem == "no_weights":
+        (tmp_path / "model.safetensors").unlink()
+    elif problem == "eagle3":
+        sd = {k.replace("layers.0.", "midlayer."): v for k, v in sd.items()}
+    elif problem == "missing_key":
+        del sd["layers.0.mlp.up_proj.weight"]
+    elif problem == "wrong_shape":
+        sd["fc.weight"] = torch.zeros(64, 64)
+    if problem in ("eagle3", "missing_key", "wrong_shape"):
+        save_file(sd, str(tmp_path / "model.safetensors"))
+    with pytest.raises((ValueError, RuntimeError)):
+        load_head(tmp_path)
+
+
+def test_load_head_missing_folder_is_value_error(tmp_path):
+    with pytest.raises(ValueError, match="config.json"):
+        load_head(tmp_path / "nowhere")
+
+
+def test_drafter_refuses_mismatched_head():
+    tgt = tiny_target("llama")  # hidden 64, vocab 128
+    with pytest.raises(ValueError, match="hidden size"):
+        EagleDrafter(init_head(HeadConfig.for_target(32, 128)), tgt)
+    with pytest.raises(ValueError, match="vocabulary"):
+        EagleDrafter(init_head(HeadConfig.for_target(64, 256)), tgt)
+    with pytest.raises(ValueError, match="outside the target vocabulary"):
+        EagleDrafter(init_head(HeadConfig.for_target(64, 128, 3), torch.tensor([1, 5, 400])), tgt)
+    EagleDrafter(init_head(HeadConfig.for_target(64, 128)), tgt)  # the right shape is accepted
+
+
+def test_head_config_json_round_trip():
+    c = HeadConfig.for_target(640, 262144, draft_vocab=32000)
+    assert (c.num_attention_heads, c.hd, c.intermediate_size) == (10, 64, 1920)
+    assert HeadConfig.from_json(c.to_json()) == c
