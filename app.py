@@ -2,6 +2,7 @@
 
 python app.py [--model NAME|DIR] [--head DIR] [--device cpu|cuda|mps] [--dtype bf16|fp16|fp32]
               [--host 127.0.0.1] [--port 7860] [--share] [--log-level INFO]
+              [--max-new-tokens-cap 1024] [--max-prompt-tokens 4096] [--trust-remote-code]
 Loads the models once, warms them up, then serves; nothing happens at import.
 """
 from __future__ import annotations
@@ -21,14 +22,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1, or $GRADIO_SERVER_NAME)")
     p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
     p.add_argument("--share", action="store_true", help="also open a temporary public *.gradio.live link")
-    p.add_argument("--log-level", default="INFO", help="DEBUG | INFO | WARNING | ERROR")
-    return p.parse_args(argv)
+    p.add_argument("--log-level", default="INFO", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--max-new-tokens-cap", type=int, default=1024, help="per-request cap on new tokens")
+    p.add_argument("--max-prompt-tokens", type=int, default=4096, help="per-request cap on prompt tokens")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
+    args = p.parse_args(argv)
+    if min(args.max_new_tokens_cap, args.max_prompt_tokens) < 1:
+        p.error("--max-new-tokens-cap and --max-prompt-tokens must be at least 1")
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phone-home calls (offline machines)
-    logging.basicConfig(level=args.log_level.upper(), format="[eagle-playground] %(levelname)s %(message)s")
+    logging.basicConfig(level=args.log_level, format="[eagle-playground] %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # Gradio's own start-up probes
     from app.handlers import warm_up
     from app.ui import build_demo, launch_options
@@ -37,12 +44,14 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     print(f"[eagle-playground] loading model {args.model or 'default'} and head {args.head or 'default'} ...",
           flush=True)
-    target, tok, baseline, eagle = build_decoders(args.model, args.head, args.device, args.dtype)
+    target, tok, baseline, eagle = build_decoders(args.model, args.head, args.device, args.dtype,
+                                                  **({"trust_remote_code": True} if args.trust_remote_code else {}))
     print(f"[eagle-playground] loaded {target.name} on {target.device} ({target.dtype}) in "
           f"{time.perf_counter() - t0:.1f} s; warming up ...", flush=True)
     warm_up(tok, baseline, eagle)
     info = f"Target **{target.name}** · {target.device.type} · {str(target.dtype).removeprefix('torch.')}"
-    demo = build_demo(tok, baseline, eagle, info=info + (f" · head `{args.head}`" if args.head else ""))
+    demo = build_demo(tok, baseline, eagle, info=info + (f" · head `{args.head}`" if args.head else ""),
+                      max_new_tokens=args.max_new_tokens_cap, max_prompt_tokens=args.max_prompt_tokens)
     opts = dict(server_name=args.host, server_port=args.port, prevent_thread_lock=True, **launch_options())
     try:
         _, local_url, share_url = demo.launch(share=args.share, **opts)

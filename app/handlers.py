@@ -8,7 +8,10 @@ has used less compute time so far (sum of StepEvent.step_ms, measured inside cor
 what each method produced in the same compute time, so each grows at its true speed and UI work never enters a
 measurement. (No `from __future__ import annotations` here: gr.api reads the /run signature's real types.)
 """
+import json
+import logging
 import time
+from contextlib import contextmanager
 from typing import Callable, Iterator
 
 import gradio as gr
@@ -26,7 +29,7 @@ from app.render import (
     token_steps,
 )
 from app.state import RunRecord
-from core.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.config import DecodeConfig, DecodeError, SamplingConfig, TreeConfig
 from core.events import StepEvent, summarize
 
 MAX_NEW_TOKENS = 1024  # UI / API cap (core accepts more; this keeps a public demo responsive)
@@ -34,6 +37,28 @@ MAX_PROMPT_TOKENS = 4096
 SIDES = ("baseline", "eagle")
 OUTPUTS = ("baseline-output", "eagle-output", "stats", "stats-charts", "draft-tree", "step-slider", "state")
 _TREE = TreeConfig()  # defaults shown in the UI and used by /run
+log = logging.getLogger("eagle_playground.requests")
+
+
+def oom_errors() -> tuple[type[BaseException], ...]:
+    """Out-of-memory exception types: MemoryError plus torch's (CUDA/MPS) OutOfMemoryError when it exists."""
+    import torch
+
+    oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
+    return (MemoryError,) + ((oom,) if oom else ())
+
+
+def log_request(endpoint: str, record, seconds: float, outcome: str, error: str = "") -> None:
+    """One JSON line per request: model, methods, token counts, time, tau, outcome; never the prompt text."""
+    line = {"event": "request", "endpoint": endpoint, "model": record.model, "methods": list(SIDES),
+            "prompt_tokens": len(record.prompt_ids), "seconds": round(seconds, 4), "outcome": outcome}
+    for side in SIDES:
+        st = summarize(getattr(record, side))
+        line[f"{side}_new_tokens"] = st.new_tokens
+        line[f"{side}_tau"] = round(st.tau, 4)
+    if error:
+        line["error"] = error
+    log.info(json.dumps(line, ensure_ascii=True))
 
 
 def race(gens: dict[str, Iterator[StepEvent]]) -> Iterator[tuple[str, StepEvent]]:
@@ -107,10 +132,13 @@ class Playground:
     """The loaded tokenizer and decoders bound to the app's event functions."""
 
     def __init__(self, tokenizer, baseline, eagle, *, text_every: float = 0.1, plot_every: float = 0.5,
-                 charts_every: float = 2.0, max_new_tokens: int = MAX_NEW_TOKENS):
+                 charts_every: float = 2.0, max_new_tokens: int = MAX_NEW_TOKENS,
+                 max_prompt_tokens: int = MAX_PROMPT_TOKENS):
         self.tok, self.baseline, self.eagle = tokenizer, baseline, eagle
         self.text_every, self.plot_every, self.charts_every = text_every, plot_every, charts_every
-        self.cap = max_new_tokens
+        self.cap, self.prompt_cap = max_new_tokens, max_prompt_tokens
+        target = getattr(baseline, "target", None)
+        self.model = str(getattr(target, "name", "") or type(target).__name__ if target is not None else "unknown")
         self._labels: dict[int, str] = {}  # token id -> tree label; a pure tokenizer cache, not user data
         spaces = spaces_module()
         self.zero_gpu = spaces is not None
@@ -153,16 +181,49 @@ class Playground:
             cfg = make_config(max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, cap=self.cap)
         except ValueError as e:
             raise gr.Error(str(e), title="Invalid setting") from None
-        ids = list(self.tok.encode(prompt))
-        limit = MAX_PROMPT_TOKENS
+        try:
+            ids = list(self.tok.encode(prompt))
+        except Exception as e:  # noqa: BLE001 - a tokenizer that refuses odd text (e.g. lone surrogates)
+            raise gr.Error(f"The prompt cannot be tokenized: {type(e).__name__}", title="Invalid prompt") from None
+        if not ids:
+            raise gr.Error("The prompt encodes to no tokens.", title="Empty prompt")
+        limit = self.prompt_cap
         max_pos = getattr(getattr(self.baseline, "target", None), "max_positions", None)
         if max_pos:
             limit = min(limit, max_pos - cfg.max_new_tokens - cfg.tree.depth - 1)
         if len(ids) > limit:
             raise gr.Error(f"The prompt is {len(ids)} tokens; at most {max(limit, 0)} fit with these settings.",
                            title="Prompt too long")
-        record = RunRecord(prompt=prompt, prompt_ids=ids, greedy=cfg.sampling.greedy, tree_depth=cfg.tree.depth)
+        record = RunRecord(prompt=prompt, prompt_ids=ids, greedy=cfg.sampling.greedy, tree_depth=cfg.tree.depth,
+                           model=self.model)
         return record, cfg
+
+    @contextmanager
+    def guarded(self, endpoint: str, record: RunRecord):
+        """Around one request's device work: decode failures and out-of-memory become a gr.Error for this request
+        only (the decoders' finally blocks have freed the caches by then); one log line per request."""
+        t0, outcome, error = time.perf_counter(), "ok", ""
+        try:
+            yield
+        except DecodeError as e:
+            outcome, error = "error", str(e)
+            raise gr.Error(str(e), title="Generation failed") from None
+        except oom_errors() as e:
+            outcome, error = "error", f"out of memory ({type(e).__name__})"
+            raise gr.Error("Out of memory for this request; try fewer new tokens or a shorter prompt.",
+                           title="Out of memory") from None
+        except GeneratorExit:
+            outcome = "stopped"
+            raise
+        except BaseException as e:
+            outcome, error = "error", type(e).__name__
+            raise
+        finally:
+            if outcome == "ok" and record.stop:
+                outcome = "stopped"
+            if outcome == "ok" and not (record.finished("baseline") and record.finished("eagle")):
+                outcome = "stopped"
+            log_request(endpoint, record, time.perf_counter() - t0, outcome, error)
 
     # ---------------------------------------------------------------------------------- UI events
 
@@ -174,14 +235,19 @@ class Playground:
         yield self._view(record, det, running=True, tree=True, charts=True)
         last = dict.fromkeys(("text", "tree", "charts"), time.monotonic())
         every = {"text": self.text_every, "tree": self.plot_every, "charts": self.charts_every}
-        for side, ev in self._steps(record, cfg):
-            getattr(record, side).append(ev)
-            det[side].add(ev.new_token_ids)
-            now = time.monotonic()
-            due = {k: now - last[k] >= every[k] for k in last}
-            if any(due.values()):
-                last.update({k: now for k, d in due.items() if d})
-                yield self._view(record, det, running=True, tree=due["tree"], charts=due["charts"])
+        with self.guarded("stream", record):
+            steps = self._steps(record, cfg)
+            try:
+                for side, ev in steps:
+                    getattr(record, side).append(ev)
+                    det[side].add(ev.new_token_ids)
+                    now = time.monotonic()
+                    due = {k: now - last[k] >= every[k] for k in last}
+                    if any(due.values()):
+                        last.update({k: now for k, d in due.items() if d})
+                        yield self._view(record, det, running=True, tree=due["tree"], charts=due["charts"])
+            finally:
+                steps.close()  # cancel / tab closed: both decoders' finally blocks free their caches now
         for d in det.values():
             d.flush()
         yield self._view(record, det, running=False, tree=True, charts=True, final=True)
@@ -255,8 +321,13 @@ class Playground:
         """Generate `prompt` with plain decoding and EAGLE-2; return both texts, whether the token ids are
         identical, each method's statistics and the speedup (EAGLE-2 tokens/s over baseline tokens/s)."""
         record, cfg = self.prepare(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k)
-        for side, ev in self._steps(record, cfg):
-            getattr(record, side).append(ev)
+        with self.guarded("run", record):
+            steps = self._steps(record, cfg)
+            try:
+                for side, ev in steps:
+                    getattr(record, side).append(ev)
+            finally:
+                steps.close()
         stats = {s: summarize(getattr(record, s)) for s in SIDES}
         b, e = stats["baseline"].tokens_per_s, stats["eagle"].tokens_per_s
         return {

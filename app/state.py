@@ -17,6 +17,7 @@ class RunRecord:
     tree_depth: int = 0
     baseline: list[StepEvent] = field(default_factory=list)
     eagle: list[StepEvent] = field(default_factory=list)
+    model: str = ""  # target name, for the per-request log line
     stop: bool = False  # set by the Stop button; the running request reads it between decode steps
 
     def ids(self, side: str) -> list[int]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from app.handlers import MAX_NEW_TOKENS, Playground
+from app.handlers import MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, Playground
 from app.plots import stats_figure, tree_figure
 from core.config import TreeConfig
 
@@ -37,10 +37,12 @@ def launch_options() -> dict:
 
 
 def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str] | None = None,
-               text_every: float = 0.1, plot_every: float = 0.5, max_new_tokens: int = MAX_NEW_TOKENS) -> gr.Blocks:
+               text_every: float = 0.1, plot_every: float = 0.5, max_new_tokens: int = MAX_NEW_TOKENS,
+               max_prompt_tokens: int = MAX_PROMPT_TOKENS) -> gr.Blocks:
     """Blocks wired to the given tokenizer and decoders; `info` is one markdown line (model, head, device)."""
     pg = Playground(tokenizer, baseline, eagle, text_every=text_every, plot_every=plot_every,
-                    charts_every=max(2.0, 4 * plot_every), max_new_tokens=max_new_tokens)
+                    charts_every=max(2.0, 4 * plot_every), max_new_tokens=max_new_tokens,
+                    max_prompt_tokens=max_prompt_tokens)
     tree_defaults = TreeConfig()
     examples = load_examples() if examples is None else examples
     note = getattr(eagle, "note", "")
@@ -64,7 +66,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
                         examples_per_page=12)
         with gr.Accordion("Settings", open=False, elem_id="settings"):
             with gr.Row():
-                max_new = gr.Slider(1, max_new_tokens, value=128, step=1, label="Max new tokens",
+                max_new = gr.Slider(1, max_new_tokens, value=min(128, max_new_tokens), step=1, label="Max new tokens",
                                     elem_id="max-new-tokens")
                 temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature",
                                         info="0 = greedy: both outputs must be token-identical",

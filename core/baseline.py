@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 import torch
 
 from core import kv_cache
-from core.config import DecodeConfig
+from core.config import DecodeConfig, check_finite
 from core.events import StepEvent
 from core.models import TargetModel
 from core.sampling import next_token
@@ -35,7 +35,9 @@ class BaselineDecoder:
             for step in range(cfg.max_new_tokens):
                 t0 = now(tgt.device)
                 hidden, _ = tgt.forward(ids, cache)
-                tok = next_token(tgt.logits(hidden[0, -1]), cfg.sampling, gen)
+                logits = tgt.logits(hidden[0, -1])
+                check_finite("target logits", logits)
+                tok = next_token(logits, cfg.sampling, gen)
                 ms = (now(tgt.device) - t0) * 1000
                 done = (cfg.stop_on_eos and tok in tgt.eos_ids) or step + 1 == cfg.max_new_tokens
                 yield StepEvent(step=step, method=self.method, new_token_ids=(tok,), verify_ms=ms, step_ms=ms,

@@ -68,6 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", required=True, help="where to write the results")
     p.add_argument("--html", default=None, help="optional standalone HTML report")
     p.add_argument("--seed", type=int, default=0, help="sampling seed base (prompt seed = seed + question_id)")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
     return p.parse_args(argv)
 
 
@@ -91,6 +92,8 @@ def validate(a: argparse.Namespace) -> Plan:
         raise BenchError(f"duplicate method in {a.methods!r}")
     if a.per_category < 0 or a.limit < 0 or a.threads < 0:
         raise BenchError("--per-category, --limit and --threads must be >= 0")
+    if a.max_new_tokens < 1:
+        raise BenchError(f"--max-new-tokens must be >= 1, got {a.max_new_tokens}")
     if not Path(a.questions).is_file():
         raise BenchError(f"questions file {a.questions!r} not found")
     tree = None if a.tree == "auto" else TreeConfig.parse(a.tree)
@@ -152,19 +155,21 @@ def encode_prompt(tok, text: str, raw: bool = False) -> list[int]:
 # ------------------------------------------------------------------------------------------------ loading
 
 
-def load_stack(model: str | None, head: str | None, device: str | None, dtype: str | None):
+def load_stack(model: str | None, head: str | None, device: str | None, dtype: str | None,
+               trust_remote_code: bool = False):
     """(target, tokenizer, baseline, eagle, loader name): core.pipeline.build_decoders when present, else our own."""
     if importlib.util.find_spec("core.pipeline") is not None:
         from core.pipeline import build_decoders
 
-        return (*build_decoders(model, head, device, dtype), "core.pipeline.build_decoders")
+        return (*build_decoders(model, head, device, dtype, trust_remote_code=trust_remote_code),
+                "core.pipeline.build_decoders")
     from core.baseline import BaselineDecoder
     from core.draft_head import HeadConfig, init_head, load_head
     from core.drafter import EagleDrafter
     from core.eagle import Eagle2Decoder
     from core.models import load_target
 
-    target, tok = load_target(model, device, dtype)
+    target, tok = load_target(model, device, dtype, trust_remote_code=trust_remote_code)
     h = load_head(head) if head else init_head(HeadConfig.for_target(target.hidden_size, target.vocab_size))
     return target, tok, BaselineDecoder(target), Eagle2Decoder(target, EagleDrafter(h, target)), "core.bench fallback"
 
@@ -388,7 +393,8 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
     torch.manual_seed(a.seed)
     if a.threads:
         torch.set_num_threads(a.threads)
-    target, tok, baseline, eagle, loader = load_stack(a.model, a.head, a.device, a.dtype)
+    target, tok, baseline, eagle, loader = load_stack(a.model, a.head, a.device, a.dtype,
+                                                      getattr(a, "trust_remote_code", False))
     prompts = [encode_prompt(tok, q["turns"][0], a.raw) for q in questions]
     tree, tree_info = resolve_tree(plan.tree, eagle, prompts[0])
     runners = make_runners(plan, target, tok, baseline, eagle, tree)

@@ -10,6 +10,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+class DecodeError(ValueError):
+    """A request that cannot continue (e.g. NaN/inf logits from a broken head or target): stop it, keep serving."""
+
+
+def check_finite(what: str, values) -> None:
+    """Raise DecodeError when a tensor (or list of floats) holds NaN or inf; one cheap reduction per step."""
+    import math
+
+    import torch
+
+    ok = bool(torch.isfinite(values).all()) if isinstance(values, torch.Tensor) else all(map(math.isfinite, values))
+    if not ok:
+        raise DecodeError(f"{what} contain NaN or inf; this request was stopped (broken model or head weights?)")
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     temperature: float = 0.0  # 0 = greedy (argmax); > 0 samples from the processed target distribution

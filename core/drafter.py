@@ -48,8 +48,14 @@ class EagleDrafter:
         self.head = head.to(device=target.device, dtype=target.dtype).eval()
         self.target = target
         ids = self.head.vocab_ids
-        full = len(ids) == target.vocab_size
-        self.w_draft = target.lm_head_weight if full else target.lm_head_weight[ids.to(target.device)]  # (Vd, H)
+        full = len(ids) == target.vocab_size and bool((ids.cpu() == torch.arange(len(ids))).all())
+        # EAGLE-3 heads have their own LM head over the draft vocabulary and read target layer taps
+        self.eagle3 = bool(getattr(head, "is_eagle3", False))
+        self.output_layers: tuple[int, ...] = head.tap_layers(target.num_layers) if self.eagle3 else ()
+        if self.eagle3:
+            self.w_draft = self.head.lm_head.weight  # (Vd, H); used for its length only
+        else:
+            self.w_draft = target.lm_head_weight if full else target.lm_head_weight[ids.to(target.device)]  # (Vd, H)
         self.vocab_ids = None if full else ids.to(target.device)
 
     def new_state(self) -> DraftState:
@@ -57,7 +63,8 @@ class EagleDrafter:
 
     @torch.inference_mode()
     def extend(self, st: DraftState, features: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
-        """Append real pairs. features (1, n, H) of tokens t_i..; next_ids (1, n) = t_{i+1}... Returns f^ (1, H)."""
+        """Append real pairs. features (1, n, H) of tokens t_i.. (EAGLE-3: the (1, n, 3H) taps named by
+        output_layers); next_ids (1, n) = t_{i+1}... Returns f^ (H,)."""
         n = next_ids.shape[1]
         pos = torch.arange(st.length, st.length + n, device=features.device)
         out, kv = self.head(self.target.embed(next_ids), features, pos, st.kv)
@@ -67,7 +74,8 @@ class EagleDrafter:
 
     def _topk(self, feats: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(R, H) predicted features -> top-k (log-probs (R, k), target token ids (R, k))."""
-        logp = torch.log_softmax((feats @ self.w_draft.T).float(), dim=-1)
+        logits = self.head.draft_logits(feats) if self.eagle3 else feats @ self.w_draft.T
+        logp = torch.log_softmax(logits.float(), dim=-1)
         vals, idx = torch.topk(logp, k, dim=-1)
         return vals, (self.vocab_ids[idx] if self.vocab_ids is not None else idx)
 
@@ -130,6 +138,11 @@ class EagleDrafter:
 def check_compatible(head: EagleHead, target: TargetModel) -> None:
     """Refuse a head built for another target before any generation (hidden size, vocabulary)."""
     c = head.config
+    if getattr(head, "is_eagle3", False):
+        th = c.target_hidden_size or c.hidden_size
+        if th != target.hidden_size or c.hidden_size != target.hidden_size:
+            raise ValueError(f"EAGLE-3 head expects target hidden size {th} (draft {c.hidden_size}); "
+                             f"the target's is {target.hidden_size}")
     if c.hidden_size != target.hidden_size:
         raise ValueError(f"head hidden size {c.hidden_size} does not match the target's {target.hidden_size}")
     if c.vocab_size != target.vocab_size:

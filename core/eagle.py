@@ -11,7 +11,7 @@ from typing import Callable, Iterator
 import torch
 
 from core import kv_cache, tree
-from core.config import DecodeConfig
+from core.config import DecodeConfig, check_finite
 from core.drafter import EagleDrafter
 from core.events import StepEvent, TreeNode
 from core.models import TargetModel
@@ -40,11 +40,14 @@ class Eagle2Decoder:
             # 0. prefill: the target's first token, then the draft reads every prompt feature
             t0 = now(tgt.device)
             ids = torch.tensor([prompt_ids], device=tgt.device)  # (1, P)
-            hidden, _ = tgt.forward(ids, cache)  # (1, P, H)
-            root = next_token(tgt.logits(hidden[0, -1]), s, gen)
+            hidden, taps = tgt.forward(ids, cache, output_layers=dr.output_layers)  # (1, P, H); EAGLE-3 taps
+            logits = tgt.logits(hidden[0, -1])
+            check_finite("target logits", logits)
+            root = next_token(logits, s, gen)
             t1 = now(tgt.device)
             if drafting:
-                feat = dr.extend(dstate, hidden, torch.tensor([prompt_ids[1:] + [root]], device=tgt.device))
+                feat = dr.extend(dstate, hidden if taps is None else taps,
+                                 torch.tensor([prompt_ids[1:] + [root]], device=tgt.device))
             t2 = now(tgt.device)
             produced, done = 1, self._done(root, 1, cfg)
             yield StepEvent(0, self.method, (root,), verify_ms=(t1 - t0) * 1e3, draft_ms=(t2 - t1) * 1e3,
@@ -56,6 +59,7 @@ class Eagle2Decoder:
                 # 1. draft: grow the candidate pool, keep the best total_tokens nodes (parents always kept)
                 if drafting:
                     pool = dr.grow(dstate, root, feat, cfg.tree)
+                    check_finite("draft scores", pool.scores)
                     kept = tree.select_nodes(pool.parents, pool.scores, cfg.tree.total_tokens)
                 else:
                     pool, kept = None, [0]
@@ -65,9 +69,10 @@ class Eagle2Decoder:
                 t1 = now(tgt.device)
                 # 2. verify: one target forward over the whole tree (positions = prefix + depth, ancestor mask)
                 prefix = cache.get_seq_length()
-                hidden, _ = tgt.forward(torch.tensor([tokens], device=tgt.device), cache, parents, depths,
-                                        tree.ancestor_mask(parents))  # (1, N, H)
+                hidden, taps = tgt.forward(torch.tensor([tokens], device=tgt.device), cache, parents, depths,
+                                           tree.ancestor_mask(parents), output_layers=dr.output_layers)  # (1, N, H)
                 logits = tgt.logits(hidden[0])  # (N, V)
+                check_finite("target logits", logits)
                 # 3. accept
                 kids = tree.children(parents)
                 if s.greedy:
@@ -81,7 +86,7 @@ class Eagle2Decoder:
                 t2 = now(tgt.device)
                 extended = drafting and not done
                 if extended:
-                    feat = dr.extend(dstate, hidden[:, path], torch.tensor([[tokens[i] for i in path[1:]] + [bonus]],
+                    feat = dr.extend(dstate, (hidden if taps is None else taps)[:, path], torch.tensor([[tokens[i] for i in path[1:]] + [bonus]],
                                                                           device=tgt.device))
                 root = bonus
                 produced += len(new)

@@ -43,6 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 | auto (default: bf16, fp16 on old GPUs)")
     p.add_argument("--device", default=None, help="cpu | cuda | mps | auto (default: auto)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text + summary")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
     return p.parse_args(argv)
 
 
@@ -64,8 +65,10 @@ def generate(args: argparse.Namespace) -> dict:
     from core import pipeline
     from core.events import summarize
 
-    target, tokenizer, baseline, eagle = pipeline.build_decoders(args.model, args.head, args.device, args.dtype)
+    target, tokenizer, baseline, eagle = pipeline.build_decoders(
+        args.model, args.head, args.device, args.dtype, trust_remote_code=getattr(args, "trust_remote_code", False))
     prompt_ids = pipeline.encode(tokenizer, args.prompt)
+    pipeline.check_prompt_fits(target, prompt_ids, cfg)
     decoder = eagle if args.method == "eagle2" else baseline
     events = list(decoder.generate(prompt_ids, cfg))
     ids = [t for e in events for t in e.new_token_ids]
@@ -96,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         result = generate(args)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, MemoryError) as e:  # DecodeError is a ValueError
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

