@@ -1,8 +1,7 @@
 """EAGLE Playground: plain decoding vs EAGLE-2 speculative decoding, side by side (Gradio app).
 
-python app.py [--model NAME|DIR] [--head DIR] [--device cpu|cuda|mps] [--dtype bf16|fp16|fp32]
-              [--host 127.0.0.1] [--port 7860] [--share] [--log-level INFO]
-              [--max-new-tokens-cap 1024] [--max-prompt-tokens 4096] [--trust-remote-code]
+python app.py [--model NAME|DIR] [--head DIR] [--device cpu|cuda|mps] [--dtype bf16|fp16|fp32] [--host H] [--port P]
+  [--share] [--log-level INFO] [--max-new-tokens-cap N] [--max-prompt-tokens N] [--trust-remote-code] [--tree auto|T,D,K]
 Loads the models once, warms them up, then serves; nothing happens at import.
 """
 from __future__ import annotations
@@ -26,6 +25,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens-cap", type=int, default=1024, help="per-request cap on new tokens")
     p.add_argument("--max-prompt-tokens", type=int, default=4096, help="per-request cap on prompt tokens")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
+    p.add_argument("--tree", default=None, help="'auto' (measure this machine at start-up) or T,D,K for the defaults")
     args = p.parse_args(argv)
     if min(args.max_new_tokens_cap, args.max_prompt_tokens) < 1:
         p.error("--max-new-tokens-cap and --max-prompt-tokens must be at least 1")
@@ -37,21 +37,21 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phone-home calls (offline machines)
     logging.basicConfig(level=args.log_level, format="[eagle-playground] %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # Gradio's own start-up probes
-    from app.handlers import warm_up
+    from app.handlers import auto_or_parse, warm_up
     from app.ui import build_demo, launch_options
     from core.pipeline import build_decoders
 
     t0 = time.perf_counter()
-    print(f"[eagle-playground] loading model {args.model or 'default'} and head {args.head or 'default'} ...",
-          flush=True)
+    print(f"[eagle-playground] loading model {args.model or 'default'}, head {args.head or 'default'} ...", flush=True)
     target, tok, baseline, eagle = build_decoders(args.model, args.head, args.device, args.dtype,
                                                   **({"trust_remote_code": True} if args.trust_remote_code else {}))
     print(f"[eagle-playground] loaded {target.name} on {target.device} ({target.dtype}) in "
           f"{time.perf_counter() - t0:.1f} s; warming up ...", flush=True)
     warm_up(tok, baseline, eagle)
+    tree = auto_or_parse(args.tree, eagle, tok)
     info = f"Target **{target.name}** · {target.device.type} · {str(target.dtype).removeprefix('torch.')}"
     demo = build_demo(tok, baseline, eagle, info=info + (f" · head `{args.head}`" if args.head else ""),
-                      max_new_tokens=args.max_new_tokens_cap, max_prompt_tokens=args.max_prompt_tokens)
+                      max_new_tokens=args.max_new_tokens_cap, max_prompt_tokens=args.max_prompt_tokens, tree=tree)
     opts = dict(server_name=args.host, server_port=args.port, prevent_thread_lock=True, **launch_options())
     try:
         _, local_url, share_url = demo.launch(share=args.share, **opts)

@@ -343,6 +343,20 @@ class Playground:
         }
 
 
+def auto_or_parse(spec: str | None, eagle, tokenizer) -> TreeConfig | None:
+    """--tree: None keeps the engine defaults; 'auto' measures this machine once (core/autotree.py); else 'T,D,K'."""
+    if not spec:
+        return None
+    if spec != "auto":
+        return TreeConfig.parse(spec)
+    from core.autotree import choose_tree
+
+    report = choose_tree(eagle, tokenizer("The history of the printing press").input_ids, max_new_tokens=48)
+    logging.getLogger("eagle_playground").info(
+        "auto tree: %s (verify ms by tree size %s)", report.chosen, {n: round(v, 1) for n, v in report.verify_ms.items()})
+    return report.chosen
+
+
 def warm_up(tokenizer, baseline, eagle, tokens: int = 8) -> None:
     """One short greedy generation per method so the first user's timings exclude one-off start-up costs."""
     ids = list(tokenizer.encode("The quick brown fox"))

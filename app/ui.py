@@ -38,12 +38,12 @@ def launch_options() -> dict:
 
 def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str] | None = None,
                text_every: float = 0.1, plot_every: float = 0.5, max_new_tokens: int = MAX_NEW_TOKENS,
-               max_prompt_tokens: int = MAX_PROMPT_TOKENS) -> gr.Blocks:
+               max_prompt_tokens: int = MAX_PROMPT_TOKENS, tree: TreeConfig | None = None) -> gr.Blocks:
     """Blocks wired to the given tokenizer and decoders; `info` is one markdown line (model, head, device)."""
     pg = Playground(tokenizer, baseline, eagle, text_every=text_every, plot_every=plot_every,
                     charts_every=max(2.0, 4 * plot_every), max_new_tokens=max_new_tokens,
                     max_prompt_tokens=max_prompt_tokens)
-    tree_defaults = TreeConfig()
+    tree_defaults = tree or TreeConfig()  # app.py --tree auto passes the measured choice of core/autotree.py
     examples = load_examples() if examples is None else examples
     note = getattr(eagle, "note", "")
 

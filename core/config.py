@@ -45,7 +45,7 @@ class SamplingConfig:
 
 @dataclass(frozen=True)
 class TreeConfig:
-    total_tokens: int = 24  # nodes verified per step, root included
+    total_tokens: int = 16  # nodes verified per step, root included (core/autotree.py picked 16 on a 2-core CPU)
     depth: int = 6  # draft levels below the root
     top_k: int = 6  # branching per expanded node and frontier width
 

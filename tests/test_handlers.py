@@ -196,3 +196,18 @@ def test_zero_gpu_wraps_the_device_work_with_a_duration(monkeypatch):
     assert pg.run("Say: ", 300)["identical"]
     assert seen["duration"] == gpu_seconds(300) and seen["stop"] is None  # flags cannot cross into the worker
     assert gpu_seconds(1024) > gpu_seconds(128) >= 20
+
+
+def test_tree_flag_keeps_defaults_parses_or_measures():
+    """app.py --tree: absent keeps the engine defaults, 'T,D,K' is parsed, 'auto' measures (core/autotree.py)."""
+    from app.handlers import auto_or_parse
+    from core.config import TreeConfig
+    from fakes import tiny_stack
+
+    tok, _, eagle = tiny_stack()
+    assert auto_or_parse(None, eagle, tok) is None
+    assert auto_or_parse("10,4,3", eagle, tok) == TreeConfig(10, 4, 3)
+    chosen = auto_or_parse("auto", eagle, tok)
+    assert isinstance(chosen, TreeConfig) and 1 <= chosen.total_tokens <= 64
+    with pytest.raises(ValueError, match="total_tokens,depth,top_k"):
+        auto_or_parse("ten", eagle, tok)
