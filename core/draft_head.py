@@ -100,12 +100,15 @@ def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, c: HeadConfig):
+    """Llama attention with RoPE and an explicit mask; `in_features` is 2H for EAGLE-3's concatenated input."""
+
+    def __init__(self, c: HeadConfig, in_features: int = 0):
         super().__init__()
         self.c = c
-        self.q_proj = nn.Linear(c.hidden_size, c.num_attention_heads * c.hd, bias=c.qkv_bias)
-        self.k_proj = nn.Linear(c.hidden_size, c.num_key_value_heads * c.hd, bias=c.qkv_bias)
-        self.v_proj = nn.Linear(c.hidden_size, c.num_key_value_heads * c.hd, bias=c.qkv_bias)
+        d_in = in_features or c.hidden_size
+        self.q_proj = nn.Linear(d_in, c.num_attention_heads * c.hd, bias=c.qkv_bias)
+        self.k_proj = nn.Linear(d_in, c.num_key_value_heads * c.hd, bias=c.qkv_bias)
+        self.v_proj = nn.Linear(d_in, c.num_key_value_heads * c.hd, bias=c.qkv_bias)
         self.o_proj = nn.Linear(c.num_attention_heads * c.hd, c.hidden_size, bias=False)
 
     def forward(self, x, pos, past_kv, mask):

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from core.draft_head import MLP, HeadConfig, RMSNorm, rope
+from core.draft_head import MLP, Attention, HeadConfig, RMSNorm
 
 
 @dataclass(frozen=True)
@@ -76,41 +75,14 @@ class Eagle3Config:
         )
 
 
-class Eagle3Attention(nn.Module):
-    def __init__(self, c: Eagle3Config):
-        super().__init__()
-        self.c = c
-        self.q_proj = nn.Linear(2 * c.hidden_size, c.num_attention_heads * c.hd, bias=False)
-        self.k_proj = nn.Linear(2 * c.hidden_size, c.num_key_value_heads * c.hd, bias=False)
-        self.v_proj = nn.Linear(2 * c.hidden_size, c.num_key_value_heads * c.hd, bias=False)
-        self.o_proj = nn.Linear(c.num_attention_heads * c.hd, c.hidden_size, bias=False)
-
-    def forward(self, x, pos, past_kv, mask):
-        b, t, _ = x.shape
-        c = self.c
-        q = self.q_proj(x).view(b, t, c.num_attention_heads, c.hd).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, c.num_key_value_heads, c.hd).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, c.num_key_value_heads, c.hd).transpose(1, 2)
-        q, k = rope(q, pos, c.rope_theta), rope(k, pos, c.rope_theta)
-        new_kv = (k, v)
-        if past_kv is not None:
-            k, v = torch.cat([past_kv[0], k], 2), torch.cat([past_kv[1], v], 2)
-        rep = c.num_attention_heads // c.num_key_value_heads
-        if rep > 1:
-            k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-        if mask is None:
-            mask = torch.ones(t, k.shape[2], dtype=torch.bool, device=x.device).tril_(k.shape[2] - t)[None, None]
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.o_proj(o.transpose(1, 2).reshape(b, t, -1)), new_kv
-
-
 class MidLayer(nn.Module):
     def __init__(self, c: Eagle3Config):
         super().__init__()
         hc = HeadConfig(hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
                         num_attention_heads=c.num_attention_heads, num_key_value_heads=c.num_key_value_heads,
-                        vocab_size=c.vocab_size)
-        self.self_attn = Eagle3Attention(c)
+                        vocab_size=c.vocab_size, head_dim=c.hd, rms_norm_eps=c.rms_norm_eps,
+                        rope_theta=c.rope_theta, qkv_bias=False)
+        self.self_attn = Attention(hc, in_features=2 * c.hidden_size)  # q/k/v read concat(embedding, feature)
         self.mlp = MLP(hc)
         self.hidden_norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
