@@ -41,13 +41,13 @@ class Eagle2Decoder:
             t0 = now(tgt.device)
             ids = torch.tensor([prompt_ids], device=tgt.device)  # (1, P)
             hidden, taps = tgt.forward(ids, cache, output_layers=dr.output_layers)  # (1, P, H); EAGLE-3 taps
+            draft_in = hidden if taps is None else taps  # the features this head reads
             logits = tgt.logits(hidden[0, -1])
             check_finite("target logits", logits)
             root = next_token(logits, s, gen)
             t1 = now(tgt.device)
             if drafting:
-                feat = dr.extend(dstate, hidden if taps is None else taps,
-                                 torch.tensor([prompt_ids[1:] + [root]], device=tgt.device))
+                feat = dr.extend(dstate, draft_in, torch.tensor([prompt_ids[1:] + [root]], device=tgt.device))
             t2 = now(tgt.device)
             produced, done = 1, self._done(root, 1, cfg)
             yield StepEvent(0, self.method, (root,), verify_ms=(t1 - t0) * 1e3, draft_ms=(t2 - t1) * 1e3,
@@ -71,6 +71,7 @@ class Eagle2Decoder:
                 prefix = cache.get_seq_length()
                 hidden, taps = tgt.forward(torch.tensor([tokens], device=tgt.device), cache, parents, depths,
                                            tree.ancestor_mask(parents), output_layers=dr.output_layers)  # (1, N, H)
+                draft_in = hidden if taps is None else taps
                 logits = tgt.logits(hidden[0])  # (N, V)
                 check_finite("target logits", logits)
                 # 3. accept
@@ -79,15 +80,14 @@ class Eagle2Decoder:
                     path, bonus = accept_greedy(kids, tokens, logits.argmax(-1).tolist())
                 else:
                     path, bonus = accept_sampled(kids, tokens, lambda n: target_probs(logits[n], s), gen)
-                new = [tokens[i] for i in path[1:]] + [bonus]
-                new, done = self._clip(new, produced, cfg)
+                accepted = [tokens[i] for i in path[1:]] + [bonus]
+                new, done = self._clip(accepted, produced, cfg)
                 # 4. commit: compact the target cache to the accepted path; the draft reads the real features
                 kv_cache.keep(cache, prefix, path)
                 t2 = now(tgt.device)
                 extended = drafting and not done
                 if extended:
-                    feat = dr.extend(dstate, (hidden if taps is None else taps)[:, path], torch.tensor([[tokens[i] for i in path[1:]] + [bonus]],
-                                                                          device=tgt.device))
+                    feat = dr.extend(dstate, draft_in[:, path], torch.tensor([accepted], device=tgt.device))
                 root = bonus
                 produced += len(new)
                 t3 = now(tgt.device)
