@@ -25,6 +25,7 @@ from app.render import (
     panel_meta,
     stats_html,
     token_depths,
+    token_lookup,
     token_label,
     token_steps,
 )
@@ -92,7 +93,7 @@ def as_float(name: str, value: object) -> float:
     return float(value)
 
 
-def make_config(max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
+def make_config(max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup=_TREE.lookup,
                 cap: int = MAX_NEW_TOKENS) -> DecodeConfig:
     """UI values -> DecodeConfig; raises ValueError with a user-readable message (core validates ranges)."""
     n = as_int("max new tokens", max_new_tokens)
@@ -101,7 +102,7 @@ def make_config(max_new_tokens, temperature, top_p, seed, total_tokens, depth, t
     sampling = SamplingConfig(temperature=as_float("temperature", temperature), top_p=as_float("top-p", top_p),
                               seed=as_int("seed", seed))
     tree = TreeConfig(total_tokens=as_int("tree total tokens", total_tokens), depth=as_int("tree depth", depth),
-                      top_k=as_int("tree top-k", top_k))
+                      top_k=as_int("tree top-k", top_k), lookup=as_int("context lookup", lookup))
     return DecodeConfig(max_new_tokens=n, sampling=sampling, tree=tree)
 
 
@@ -173,12 +174,14 @@ class Playground:
 
     # ---------------------------------------------------------------------------------- input boundary
 
-    def prepare(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k):
+    def prepare(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
+                lookup=_TREE.lookup):
         """Validate inputs -> (fresh RunRecord, DecodeConfig); raises gr.Error with a clear message."""
         if not isinstance(prompt, str) or not prompt.strip():
             raise gr.Error("Enter a prompt first.", title="Empty prompt")
         try:
-            cfg = make_config(max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, cap=self.cap)
+            cfg = make_config(max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
+                              cap=self.cap)
         except ValueError as e:
             raise gr.Error(str(e), title="Invalid setting") from None
         try:
@@ -190,7 +193,7 @@ class Playground:
         limit = self.prompt_cap
         max_pos = getattr(getattr(self.baseline, "target", None), "max_positions", None)
         if max_pos:
-            limit = min(limit, max_pos - cfg.max_new_tokens - cfg.tree.depth - 1)
+            limit = min(limit, max_pos - cfg.max_new_tokens - max(cfg.tree.depth, cfg.tree.lookup) - 1)
         if len(ids) > limit:
             raise gr.Error(f"The prompt is {len(ids)} tokens; at most {max(limit, 0)} fit with these settings.",
                            title="Prompt too long")
@@ -227,10 +230,12 @@ class Playground:
 
     # ---------------------------------------------------------------------------------- UI events
 
-    def stream(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k):
+    def stream(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
+               lookup=_TREE.lookup):
         """Run button: stream both panels as a race. Text refreshes at most every text_every s, the draft tree every
         plot_every s and the charts every charts_every s (plotly re-renders are what costs the browser most)."""
-        record, cfg = self.prepare(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k)
+        record, cfg = self.prepare(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
+                                   lookup)
         det = {s: Detokenizer(self.tok, record.prompt_ids) for s in SIDES}
         yield self._view(record, det, running=True, tree=True, charts=True)
         last = dict.fromkeys(("text", "tree", "charts"), time.monotonic())
@@ -297,7 +302,7 @@ class Playground:
         eagle = eagle_html(record.prompt, det["eagle"].pieces, det["eagle"].ids, token_depths(record.eagle),
                            token_steps(record.eagle),
                            panel_meta(stats["eagle"], running and not done["eagle"], done["eagle"]),
-                           legend_depth=record.tree_depth)
+                           legend_depth=record.tree_depth, lookup=token_lookup(record.eagle))
         badge = identical_badge(record.ids("baseline"), record.ids("eagle"), record.greedy,
                                 complete=done["baseline"] and done["eagle"])
         table = stats_html(stats["baseline"], stats["eagle"], badge)
@@ -317,10 +322,11 @@ class Playground:
 
     def run(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
             seed: int = 0, total_tokens: int = _TREE.total_tokens, depth: int = _TREE.depth,
-            top_k: int = _TREE.top_k) -> dict:
+            top_k: int = _TREE.top_k, lookup: int = _TREE.lookup) -> dict:
         """Generate `prompt` with plain decoding and EAGLE-2; return both texts, whether the token ids are
         identical, each method's statistics and the speedup (EAGLE-2 tokens/s over baseline tokens/s)."""
-        record, cfg = self.prepare(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k)
+        record, cfg = self.prepare(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
+                                   lookup)
         with self.guarded("run", record):
             steps = self._steps(record, cfg)
             try:

@@ -16,6 +16,7 @@ from core.events import RunStats, StepEvent, TreeNode
 ACCEPT = "#e4572e"  # accepted path
 EDGE = "#b8bec8"
 BONUS = "#2b2d42"
+LOOKUP = "#f4a259"  # nodes copied from the context (core/lookup.py)
 PROB_SCALE = "Viridis"
 
 
@@ -51,7 +52,8 @@ def tree_figure(
     title: str = "",
 ) -> go.Figure:
     """Draft tree of one EAGLE-2 step: nodes coloured by draft probability exp(score), accepted path highlighted,
-    rejected nodes faded; the target's own (bonus) token is drawn as a star after the accepted path."""
+    rejected nodes faded, context-lookup nodes as orange diamonds; the target's own (bonus) token is drawn as a star
+    after the accepted path."""
     fig = go.Figure()
     if event is None or not event.tree:
         return _placeholder(fig, "The draft tree of each EAGLE-2 step appears here while generating.")
@@ -74,7 +76,7 @@ def tree_figure(
                              line=dict(color=ACCEPT, width=4)))
 
     for accepted in (False, True):
-        group = [n for n in nodes if (n.node_id in path) == accepted]
+        group = [n for n in nodes if (n.node_id in path) == accepted and n.source != "lookup"]
         if not group:
             continue
         probs = [math.exp(n.score) for n in group]
@@ -104,6 +106,22 @@ def tree_figure(
             ],
             hovertemplate="<b>%{customdata[0]}</b> (id %{customdata[4]})<br>depth %{customdata[1]}"
                           "<br>cumulative draft prob. %{customdata[2]:.3f}<br>%{customdata[3]}<extra></extra>",
+        ))
+
+    looked = [n for n in nodes if n.source == "lookup"]
+    if looked:
+        fig.add_trace(go.Scatter(
+            x=[pos[n.node_id][0] for n in looked], y=[pos[n.node_id][1] for n in looked], mode="markers+text",
+            name="copied from context", text=[label(n.token_id) for n in looked], textposition="middle right",
+            textfont=dict(size=11, color=["#111" if n.node_id in path else "rgba(60,60,60,0.55)" for n in looked]),
+            marker=dict(symbol="diamond", size=13, color=LOOKUP,
+                        opacity=[1.0 if n.node_id in path else 0.35 for n in looked],
+                        line=dict(color=[ACCEPT if n.node_id in path else "rgba(0,0,0,0.25)" for n in looked],
+                                  width=[3 if n.node_id in path else 0.5 for n in looked])),
+            customdata=[[label(n.token_id), n.depth, "accepted" if n.node_id in path else "rejected", n.token_id]
+                        for n in looked],
+            hovertemplate="<b>%{customdata[0]}</b> (id %{customdata[3]})<br>depth %{customdata[1]}<br>copied from "
+                          "earlier text (context lookup)<br>%{customdata[2]}<extra></extra>",
         ))
 
     bonus = _bonus_token(event)
@@ -144,7 +162,9 @@ def _bonus_token(event: StepEvent) -> int | None:
 
 def _tree_title(event: StepEvent) -> str:
     drafted = len(event.tree) - 1
-    return (f"Step {event.step}: {drafted} draft tokens verified in one target pass, "
+    copied = sum(n.source == "lookup" for n in event.tree)
+    extra = f" ({copied} copied from context)" if copied else ""
+    return (f"Step {event.step}: {drafted} draft tokens{extra} verified in one target pass, "
             f"{event.accepted_drafts} accepted + 1 target token")
 
 

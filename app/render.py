@@ -93,6 +93,16 @@ def token_depths(events: Iterable[StepEvent]) -> list[int]:
     return out
 
 
+def token_lookup(events: Iterable[StepEvent]) -> list[bool]:
+    """Per generated token: True when it was an accepted node copied from the context (core/lookup.py)."""
+    out: list[bool] = []
+    for e in events:
+        src = {n.node_id: n.source for n in e.tree}
+        path = e.accepted_path[1:]
+        out.extend(i < len(path) and src.get(path[i]) == "lookup" for i in range(len(e.new_token_ids)))
+    return out
+
+
 def token_steps(events: Iterable[StepEvent]) -> list[int]:
     """Per generated token: the step that produced it."""
     return [e.step for e in events for _ in e.new_token_ids]
@@ -121,6 +131,7 @@ def legend_html(max_depth: int) -> str:
     """Colour key: the target's own token, then draft depths 1..max_depth."""
     items = ['<span class="tok d0">target</span>']
     items += [f'<span class="tok {depth_class(d)}">depth {d}</span>' for d in range(1, max(max_depth, 1) + 1)]
+    items.append('<span class="tok d1 lookup">copied from context</span>')
     return '<div class="legend"><span class="legend-title">token source:</span>' + "".join(items) + "</div>"
 
 
@@ -145,13 +156,17 @@ def eagle_html(
     steps: Sequence[int] = (),
     meta: Sequence[str] = (),
     legend_depth: int = 0,
+    lookup: Sequence[bool] = (),
 ) -> str:
-    """Every token a span coloured by how it was produced; title shows id, depth and step."""
+    """Every token a span coloured by how it was produced (draft depth; underlined when the accepted node came from
+    context lookup rather than the head); title shows id, depth, source and step."""
     spans = []
     for i, (piece, tid, d) in enumerate(zip(pieces, ids, depths)):
-        how = f"draft depth {d} (accepted)" if d else "target's own token"
+        copied = i < len(lookup) and lookup[i]
+        how = (f"depth {d}, copied from context (accepted)" if copied else f"draft depth {d} (accepted)") if d \
+            else "target's own token"
         step = f" · step {steps[i]}" if i < len(steps) else ""
-        cls = f"tok {depth_class(d)}" + (" empty" if piece == "" else "")
+        cls = f"tok {depth_class(d)}" + (" lookup" if copied else "") + (" empty" if piece == "" else "")
         spans.append(f'<span class="{cls}" title="id {tid} · {how}{step}">{_esc(piece)}</span>')
     legend = legend_html(legend_depth) if legend_depth else ""
     return (

@@ -81,6 +81,9 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
                                   info="draft levels below the root", elem_id="tree-depth")
                 top_k = gr.Slider(1, 16, value=tree_defaults.top_k, step=1, label="Tree: top-k",
                                   info="children per expanded node", elem_id="tree-top-k")
+                lookup = gr.Slider(0, 32, value=tree_defaults.lookup, step=1, label="Context lookup",
+                                   info="tokens copied from earlier text into the tree (0 = head only)",
+                                   elem_id="tree-lookup")
         with gr.Row():
             with gr.Column(elem_classes=["panel"]):
                 gr.Markdown("### Baseline · plain decoding", elem_classes=["panel-title"])
@@ -104,7 +107,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
         state = gr.State(None)
 
         # ------------------------------------------------------------------------------------ listeners
-        inputs = [prompt, max_new, temperature, top_p, seed, total_tokens, depth, top_k]
+        inputs = [prompt, max_new, temperature, top_p, seed, total_tokens, depth, top_k, lookup]
         outputs = [base_out, eagle_out, stats, charts, tree, step, state]
         run_event = run.click(pg.stream, inputs, outputs, api_name="stream", api_visibility="undocumented",
                               concurrency_limit=1, concurrency_id="device", show_progress="minimal",

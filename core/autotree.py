@@ -57,7 +57,7 @@ def verify_profile(target: TargetModel, sizes=SIZES, prefix: int = 64, repeats: 
 def choose_tree(decoder: Eagle2Decoder, prompt_ids: list[int], depth: int = 6, top_k: int = 8,
                 max_new_tokens: int = 64, sizes=SIZES) -> AutoTreeReport:
     """Pick total_tokens for (depth, top_k) from one calibration generation and a verify-latency profile."""
-    big = TreeConfig(total_tokens=max(sizes), depth=depth, top_k=top_k)
+    big = TreeConfig(total_tokens=max(sizes), depth=depth, top_k=top_k, lookup=0)  # calibrate the head alone
     steps = [e for e in decoder.generate(prompt_ids, DecodeConfig(max_new_tokens, tree=big)) if e.tree]
     prof = verify_profile(decoder.target, sizes)
     if not steps:

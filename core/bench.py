@@ -1,7 +1,8 @@
 """Spec-Bench-style speed benchmark: transformers generate() (plain, prompt lookup) vs our baseline and EAGLE-2.
 
 python -m core.bench --questions FILE.jsonl [--categories a,b] [--limit N] [--per-category N] --max-new-tokens M
-    --methods hf,hf-pld,baseline,eagle2[,eagle2-chain] [--temperature T] [--model M --head H] [--tree auto|T,D,K]
+    --methods hf,hf-pld,baseline,eagle2[,eagle2-head,eagle2-chain,lookup] [--temperature T] [--model M --head H]
+    [--tree auto|T,D,K[,L]]
     [--dtype fp32|bf16] [--device D] [--threads N] [--raw] --json OUT [--html OUT] [--seed S]
 
 Protocol (serving-and-ui.md §2): batch 1, the first turn of each question as the prompt, one uncounted warm-up
@@ -10,6 +11,10 @@ starts with method i mod M) so machine drift hits all alike. Every method is tim
 a CUDA synchronize) around the whole call, i.e. around consuming our decoders' generators, not the sum of step_ms.
 Speedup = ratio of mean tokens/s (core.bench_report); tau = sum of new tokens / sum of target forwards, counted for
 generate() with a forward hook. At temperature 0 each method's tokens are compared with `baseline`'s.
+
+Our methods: eagle2 = the head's dynamic tree plus the context-lookup chain (the default engine); eagle2-head = the
+same tree without lookup (the head alone); eagle2-chain = the head as a single chain (top_k 1, no lookup); lookup =
+the lookup chain alone, no head (our engine's prompt lookup, next to transformers' hf-pld).
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ import json
 import os
 import platform
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -35,8 +40,8 @@ from core.models import TargetModel
 from core.timing import now
 from core.train.evaluate import spec_bench_category
 
-METHODS = ("hf", "hf-pld", "baseline", "eagle2", "eagle2-chain")
-EAGLE_METHODS = ("eagle2", "eagle2-chain")
+METHODS = ("hf", "hf-pld", "baseline", "eagle2", "eagle2-head", "eagle2-chain", "lookup")
+EAGLE_METHODS = ("eagle2", "eagle2-head", "eagle2-chain", "lookup")
 PLD_TOKENS = 10  # prompt_lookup_num_tokens, as in Spec-Bench's PLD runs
 
 
@@ -60,7 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--model", default=None, help="target model name, folder or hub id (default gemma-3-270m)")
     p.add_argument("--head", default=None, help="EAGLE head folder (default: the pipeline's default head)")
-    p.add_argument("--tree", default="auto", help="'auto' or total_tokens,depth,top_k (e.g. 24,6,6)")
+    p.add_argument("--tree", default="auto", help="'auto' or total_tokens,depth,top_k[,lookup] (e.g. 24,6,6 or 24,6,6,0)")
     p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 (default: the loader's choice)")
     p.add_argument("--device", default=None, help="cuda | mps | cpu (default: best available)")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's choice)")
@@ -273,13 +278,16 @@ def core_runner(decoder, cfg: DecodeConfig) -> tuple[Runner, Digest]:
 def make_runners(plan: Plan, target, tok, baseline, eagle, tree: TreeConfig) -> dict[str, tuple[Runner, Digest]]:
     """Method name -> (timed runner, digest)."""
     cfg = DecodeConfig(plan.decode.max_new_tokens, plan.decode.sampling, tree)
-    chain = TreeConfig(total_tokens=tree.depth + 1, depth=tree.depth, top_k=1)
+    chain = TreeConfig(total_tokens=tree.depth + 1, depth=tree.depth, top_k=1, lookup=0)
+    variant = {"eagle2-head": replace(tree, lookup=0), "eagle2-chain": chain,
+               "lookup": TreeConfig(total_tokens=1, depth=1, top_k=1, lookup=PLD_TOKENS)}
     table = {
         "hf": lambda: hf_runner(target, hf_generation_config(target, tok, cfg, False), cfg.sampling.greedy),
         "hf-pld": lambda: hf_runner(target, hf_generation_config(target, tok, cfg, True), cfg.sampling.greedy),
         "baseline": lambda: core_runner(baseline, cfg),
         "eagle2": lambda: core_runner(eagle, cfg),
-        "eagle2-chain": lambda: core_runner(eagle, DecodeConfig(cfg.max_new_tokens, cfg.sampling, chain)),
+        **{m: (lambda t=t: core_runner(eagle, DecodeConfig(cfg.max_new_tokens, cfg.sampling, t)))
+           for m, t in variant.items()},
     }
     return {m: table[m]() for m in plan.methods}
 
@@ -348,7 +356,7 @@ def machine_config(a: argparse.Namespace, plan: Plan, target, tree: TreeConfig, 
     """The `config` block of the JSON: machine, software, model and protocol settings."""
     import transformers
 
-    chain = TreeConfig(total_tokens=tree.depth + 1, depth=tree.depth, top_k=1)
+    chain = TreeConfig(total_tokens=tree.depth + 1, depth=tree.depth, top_k=1, lookup=0)
     return {
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                     "cpu_count": os.cpu_count()},

@@ -4,6 +4,7 @@ Knobs are named by what they count (EAGLE issue #118):
   total_tokens  tree nodes sent to the target per step, ROOT INCLUDED (1 = plain decoding through the tree path)
   depth         deepest draft level below the root = number of draft-head passes per step
   top_k         children kept per expanded node, and nodes expanded per level
+  lookup        longest chain copied from the context (core/lookup.py) and grafted under the root; 0 = head only
 """
 from __future__ import annotations
 
@@ -48,20 +49,23 @@ class TreeConfig:
     total_tokens: int = 16  # nodes verified per step, root included (core/autotree.py picked 16 on a 2-core CPU)
     depth: int = 6  # draft levels below the root
     top_k: int = 6  # branching per expanded node and frontier width
+    lookup: int = 10  # context-lookup chain length grafted under the root (extra verify tokens); 0 = off
 
     def __post_init__(self) -> None:
         _check_int("total_tokens", self.total_tokens, 1, 512)
         _check_int("depth", self.depth, 1, 32)
         _check_int("top_k", self.top_k, 1, 64)
+        _check_int("lookup", self.lookup, 0, 64)
 
     @classmethod
     def parse(cls, text: str) -> "TreeConfig":
-        """Parse 'T,D,K' (e.g. '24,6,6')."""
+        """Parse 'T,D,K' or 'T,D,K,L' (e.g. '24,6,6' keeps the default lookup; '24,6,6,0' turns it off)."""
         parts = [p.strip() for p in str(text).split(",")]
-        if len(parts) != 3 or not all(p.lstrip("-").isdigit() for p in parts):
-            raise ValueError(f"tree must be 'total_tokens,depth,top_k' like 24,6,6, got {text!r}")
-        t, d, k = (int(p) for p in parts)
-        return cls(total_tokens=t, depth=d, top_k=k)
+        if len(parts) not in (3, 4) or not all(p.lstrip("-").isdigit() for p in parts):
+            raise ValueError(f"tree must be 'total_tokens,depth,top_k[,lookup]' like 24,6,6 or 24,6,6,0, got {text!r}")
+        vals = [int(p) for p in parts]
+        names = ("total_tokens", "depth", "top_k", "lookup")
+        return cls(**dict(zip(names, vals)))
 
 
 @dataclass(frozen=True)

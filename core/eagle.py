@@ -13,6 +13,7 @@ import torch
 from core import kv_cache, tree
 from core.config import DecodeConfig, check_finite
 from core.drafter import EagleDrafter
+from core.lookup import context_draft
 from core.events import StepEvent, TreeNode
 from core.models import TargetModel
 from core.sampling import next_token, target_probs
@@ -50,6 +51,7 @@ class Eagle2Decoder:
                 feat = dr.extend(dstate, draft_in, torch.tensor([prompt_ids[1:] + [root]], device=tgt.device))
             t2 = now(tgt.device)
             produced, done = 1, self._done(root, 1, cfg)
+            history = list(prompt_ids) + [root]  # what context lookup searches
             yield StepEvent(0, self.method, (root,), verify_ms=(t1 - t0) * 1e3, draft_ms=(t2 - t1) * 1e3,
                             step_ms=(t2 - t0) * 1e3, draft_forwards=int(drafting), finished=done, note=self.note)
             step = 0
@@ -65,6 +67,8 @@ class Eagle2Decoder:
                     pool, kept = None, [0]
                 parents = tree.subtree_parents(pool.parents, kept) if pool else [-1]
                 tokens = [pool.tokens[i] for i in kept] if pool else [root]
+                # 1b. context lookup: graft the tokens that followed the last occurrence of the current suffix
+                parents, tokens, n_head = tree.graft(parents, tokens, context_draft(history, cfg.tree.lookup))
                 depths = tree.depths(parents)
                 t1 = now(tgt.device)
                 # 2. verify: one target forward over the whole tree (positions = prefix + depth, ancestor mask)
@@ -90,10 +94,12 @@ class Eagle2Decoder:
                     feat = dr.extend(dstate, draft_in[:, path], torch.tensor([accepted], device=tgt.device))
                 root = bonus
                 produced += len(new)
+                history += new
                 t3 = now(tgt.device)
                 # 5. emit
                 nodes = tuple(
-                    TreeNode(i, parents[i], tokens[i], depths[i], pool.scores[kept[i]] if pool else 0.0, i in path)
+                    TreeNode(i, parents[i], tokens[i], depths[i], pool.scores[kept[i]] if pool and i < n_head else 0.0,
+                             i in path, "root" if i == 0 else "head" if i < n_head else "lookup")
                     for i in range(len(tokens))
                 )
                 yield StepEvent(step, self.method, tuple(new), nodes, tuple(path), draft_ms=(t1 - t0 + t3 - t2) * 1e3,

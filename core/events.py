@@ -14,8 +14,9 @@ class TreeNode:
     parent: int  # -1 for the root
     token_id: int
     depth: int  # root 0
-    score: float  # cumulative draft log-probability (EAGLE-2's ranking value); root 0.0
+    score: float  # cumulative draft log-probability (EAGLE-2's ranking value); root and lookup nodes 0.0
     accepted: bool
+    source: str = "head"  # "root" | "head" (draft head) | "lookup" (copied from the context, core/lookup.py)
 
 
 @dataclass(frozen=True)

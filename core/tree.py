@@ -70,6 +70,25 @@ def subtree_parents(parents: list[int], kept: list[int]) -> list[int]:
     return [-1 if i == 0 else where[parents[old]] for i, old in enumerate(kept)]
 
 
+def graft(parents: list[int], tokens: list[int], chain: list[int]) -> tuple[list[int], list[int], int]:
+    """Merge a chain of guesses (e.g. core/lookup.py) under the root: follow existing children while the chain's
+    tokens match them, then append the rest as new nodes. Siblings stay distinct tokens, indices stay topological.
+
+    Returns (parents, tokens, n_before): nodes at index >= n_before came from the chain.
+    """
+    parents, tokens, n_before = list(parents), list(tokens), len(parents)
+    kids = children(parents)
+    at = 0
+    for tok in chain:
+        nxt = next((c for c in kids[at] if tokens[c] == tok), None) if at < n_before else None
+        if nxt is None:
+            parents.append(at)
+            tokens.append(tok)
+            nxt = len(tokens) - 1
+        at = nxt
+    return parents, tokens, n_before
+
+
 def top_frontier(candidates: list[int], scores: list[float], k: int) -> list[int]:
     """The k best candidates by score (ties: earlier first), best first."""
     return sorted(candidates, key=lambda c: (-scores[c], c))[:k]

@@ -1,4 +1,4 @@
-"""core.bench: end to end on a tiny random Llama saved to disk (all five methods), Spec-Bench arithmetic, CLI errors.
+"""core.bench: end to end on a tiny random Llama saved to disk (all methods), Spec-Bench arithmetic, CLI errors.
 
 No timing thresholds: only structure, token identity at T = 0 in fp32, and the speedup definition.
 """
@@ -14,7 +14,7 @@ from core.bench_report import category_table, pooled_tau, spec_bench_speedup, su
 from core.draft_head import HeadConfig, init_head, save_head
 from fakes import tiny_tokenizer
 
-METHODS = ["hf", "hf-pld", "baseline", "eagle2", "eagle2-chain"]
+METHODS = ["hf", "hf-pld", "baseline", "eagle2", "eagle2-head", "eagle2-chain", "lookup"]
 QUESTIONS = [
     {"question_id": 81, "category": "writing", "turns": ["Once upon a time there was a little fox", "more"]},
     {"question_id": 82, "category": "roleplay", "turns": ["The capital of France is Paris."]},

@@ -50,15 +50,20 @@ def test_baseline_matches_stock_hf_forward(kind):
 
 
 TREES = [
-    TreeConfig(1, 1, 1),  # no drafting: every step verifies the root alone
-    TreeConfig(2, 1, 1),  # one draft token per step
-    TreeConfig(12, 10, 1),  # deep and narrow: a chain of 11
-    TreeConfig(24, 5, 4),
-    TreeConfig(60, 5, 10),  # wide
+    TreeConfig(1, 1, 1, lookup=0),  # no drafting: every step verifies the root alone
+    TreeConfig(1, 1, 1, lookup=10),  # context lookup alone, no head
+    TreeConfig(2, 1, 1, lookup=0),  # one draft token per step
+    TreeConfig(12, 10, 1, lookup=10),  # deep and narrow: a chain of 11, plus lookup
+    TreeConfig(24, 5, 4, lookup=0),
+    TreeConfig(60, 5, 10, lookup=10),  # wide
 ]
 
 
-@pytest.mark.parametrize("tree", TREES, ids=lambda t: f"T{t.total_tokens}-D{t.depth}-K{t.top_k}")
+def tree_id(t: TreeConfig) -> str:
+    return f"T{t.total_tokens}-D{t.depth}-K{t.top_k}-L{t.lookup}"
+
+
+@pytest.mark.parametrize("tree", TREES, ids=tree_id)
 @pytest.mark.parametrize("kind", KINDS)
 def test_greedy_eagle_equals_baseline(kind, tree):
     """Regression guard for masks, positions, cache compaction and acceptance with an untrained head."""
@@ -67,8 +72,18 @@ def test_greedy_eagle_equals_baseline(kind, tree):
     stats = summarize(events)
     assert stats.new_tokens == N_NEW
     assert stats.target_forwards == len(events)  # one target forward per step
-    assert all(len(e.tree) <= tree.total_tokens for e in events)
+    assert all(sum(n.source != "lookup" for n in e.tree) <= tree.total_tokens for e in events)
+    assert all(sum(n.source == "lookup" for n in e.tree) <= tree.lookup for e in events)
     assert events[-1].finished and not any(e.finished for e in events[:-1])
+
+
+def test_lookup_nodes_are_verified_and_accepted():
+    """Gemma 3's tiny model repeats short n-grams: lookup proposals get accepted and the output stays the same."""
+    tokens, events = eagle("gemma3", TreeConfig(1, 1, 1, lookup=10))
+    assert tokens == list(reference("gemma3"))
+    accepted = [n for e in events for n in e.tree if n.accepted and n.source == "lookup"]
+    assert accepted and all(n.depth >= 1 for n in accepted)
+    assert summarize(events).tau > 1.0
 
 
 @pytest.mark.parametrize("kind", ["llama", "gemma3"])
@@ -79,7 +94,7 @@ def test_greedy_eagle_reduced_draft_vocab(kind):
     ids = torch.unique(torch.cat([ids, torch.tensor(reference(kind)[:20])]))  # some proposals can be right
     tokens, events = eagle(kind, TreeConfig(16, 4, 4), vocab_ids=ids)
     assert tokens == list(reference(kind))
-    drafted = {n.token_id for e in events for n in e.tree[1:]}
+    drafted = {n.token_id for e in events for n in e.tree if n.source == "head"}
     assert drafted and drafted <= set(ids.tolist())
 
 
@@ -88,8 +103,8 @@ def oracle_decoder(kind: str, tree: TreeConfig, seed: int, eos=()) -> Eagle2Deco
     return Eagle2Decoder(tgt, OracleDrafter(tiny_head(tgt), tgt, PROMPT + list(reference(kind)), seed=seed))
 
 
-@pytest.mark.parametrize("tree", [TreeConfig(16, 5, 3), TreeConfig(12, 10, 1), TreeConfig(40, 6, 8)],
-                         ids=lambda t: f"T{t.total_tokens}-D{t.depth}-K{t.top_k}")
+@pytest.mark.parametrize("tree", [TreeConfig(16, 5, 3), TreeConfig(12, 10, 1, lookup=0), TreeConfig(40, 6, 8)],
+                         ids=tree_id)
 @pytest.mark.parametrize("kind", KINDS)
 def test_greedy_eagle_with_accepted_chunks(kind, tree):
     """Long accepted paths (anywhere in the tree) still give the baseline's tokens; tau > 1 shows they happened."""

@@ -24,7 +24,7 @@ from fakes import ReplayDecoder, baseline_events, tiny_stack  # noqa: E402
 
 PROMPT = "Once upon a time"
 CAP_NEW, CAP_PROMPT = 64, 48
-GOOD = (PROMPT, 8, 0.0, 1.0, 0, 24, 6, 6)
+GOOD = (PROMPT, 8, 0.0, 1.0, 0, 24, 6, 6, 10)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def server(tmp_path_factory):
 
 
 def args(**kw):
-    names = ("prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k")
+    names = ("prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k", "lookup")
     return tuple(kw.get(n, v) for n, v in zip(names, GOOD))
 
 
@@ -68,6 +68,9 @@ API_BAD = [
     (args(depth=0), "depth must be between"),
     (args(top_k=0), "top_k must be between"),
     (args(top_k=None), "tree top-k must be a whole number"),
+    (args(lookup=-1), "lookup must be between"),
+    (args(lookup=65), "lookup must be between"),
+    (args(lookup="many"), "context lookup must be a whole number"),
 ]
 
 
@@ -106,7 +109,7 @@ def test_handler_rejects_nan_and_inf(field, value):
     tok, baseline, eagle = tiny_stack()
     with pytest.raises(gr.Error, match="finite|whole number|must be"):
         Playground(tok, baseline, eagle).run(**dict(zip(("prompt", "max_new_tokens", "temperature", "top_p", "seed",
-                                                         "total_tokens", "depth", "top_k"), args(**{field: value}))))
+                                                         "total_tokens", "depth", "top_k", "lookup"), args(**{field: value}))))
 
 
 def test_server_still_answers_after_all_bad_inputs(server):
@@ -345,7 +348,8 @@ def test_trust_remote_code_off_unless_asked(monkeypatch):
 def test_api_takes_no_file_paths(server):
     api = server.view_api(print_info=False, return_format="dict")
     params = [p["parameter_name"] for p in api["named_endpoints"]["/run"]["parameters"]]
-    assert params == ["prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k"]
+    assert params == ["prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k",
+                      "lookup"]
     assert not any("path" in p or "head" in p or "model" in p for p in params)
 
 

@@ -104,3 +104,16 @@ def test_stats_figure_histogram_depth_acceptance_and_time_split():
     assert list(fig.data[3].x)[0] == 0.0 and abs(list(fig.data[3].x)[1] - e.draft_s) < 1e-12
     fig.to_json()  # serialisable for gr.Plot
     assert not stats_figure(None, None).data
+
+
+def test_lookup_nodes_get_their_own_trace_and_title():
+    """Nodes copied from the context are drawn as their own trace (not coloured by a draft probability they lack)."""
+    nodes = (TreeNode(0, -1, 10, 0, 0.0, True, "root"), TreeNode(1, 0, 11, 1, math.log(0.6), False),
+             TreeNode(2, 0, 12, 1, 0.0, True, "lookup"), TreeNode(3, 2, 13, 2, 0.0, False, "lookup"))
+    ev = StepEvent(5, "eagle2", (12, 99), nodes, (0, 2), step_ms=2.0)
+    fig = tree_figure(ev, label)
+    looked = trace(fig, "copied from context")
+    assert list(looked.text) == ["t12", "t13"] and looked.marker.symbol == "diamond"
+    assert list(looked.marker.opacity) == [1.0, 0.35]
+    assert list(trace(fig, "accepted").text) == ["t10"] and list(trace(fig, "rejected").text) == ["t11"]
+    assert "2 copied from context" in fig.layout.title.text

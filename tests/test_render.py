@@ -13,6 +13,7 @@ from app.render import (
     identical_badge,
     stats_html,
     token_depths,
+    token_lookup,
     token_label,
 )
 from core.events import StepEvent, summarize
@@ -149,3 +150,17 @@ def test_token_label_shows_whitespace():
     assert token_label("\n") == "↵"
     assert token_label("") == "∅"
     assert len(token_label("x" * 40)) == 14
+
+
+def test_lookup_tokens_are_marked_copied():
+    """Accepted nodes that came from context lookup carry the 'lookup' class and say so in their title."""
+    from core.events import TreeNode
+
+    nodes = (TreeNode(0, -1, 1, 0, 0.0, True, "root"), TreeNode(1, 0, ord("a"), 1, -0.1, True),
+             TreeNode(2, 1, ord("b"), 2, 0.0, True, "lookup"), TreeNode(3, 0, ord("z"), 1, 0.0, False, "lookup"))
+    ev = StepEvent(1, "eagle2", (ord("a"), ord("b"), ord("c")), nodes, (0, 1, 2), step_ms=1.0)
+    assert token_lookup([ev]) == [False, True, False]
+    assert token_depths([ev]) == [1, 2, 0]
+    html = eagle_html("", ["a", "b", "c"], list(ev.new_token_ids), [1, 2, 0], lookup=token_lookup([ev]))
+    assert re.search(r'class="tok d2 lookup" title="id 98 · depth 2, copied from context', html)
+    assert 'class="tok d1" title="id 97 · draft depth 1' in html

@@ -98,11 +98,11 @@ def target():
 
 
 @functools.lru_cache(maxsize=None)
-def exact_joint(name: str) -> torch.Tensor:
+def exact_joint(name: str, prompt: tuple[int, ...] = tuple(PROMPT)) -> torch.Tensor:
     """(V, V, V) exact probability of the first three generated tokens under the processed target distribution."""
-    cfg, v, p = {**SETTINGS, **NEARBY}[name], VOCAB, len(PROMPT)
+    cfg, v, p = {**SETTINGS, **NEARBY}[name], VOCAB, len(prompt)
     pairs = torch.cartesian_prod(torch.arange(v), torch.arange(v))  # (V*V, 2): t1, t2
-    ids = torch.cat([torch.tensor(PROMPT).expand(v * v, -1), pairs], 1)  # (V*V, P+2)
+    ids = torch.cat([torch.tensor(prompt).expand(v * v, -1), pairs], 1)  # (V*V, P+2)
     with torch.no_grad():
         logits = target().model(ids).logits.double()  # stock HF forward, no cache
     p1 = target_probs(logits[0, p - 1], cfg).double()  # (V,)
@@ -147,20 +147,21 @@ def test_chi_square_fallback_matches_closed_form():
         assert float(fallback) == pytest.approx(exact, rel=1e-9)
 
 
-def draw(decoder, name: str, runs: int, tree: TreeConfig | None = None) -> tuple[list[tuple[int, ...]], int]:
+def draw(decoder, name: str, runs: int, tree: TreeConfig | None = None,
+         prompt: tuple[int, ...] = tuple(PROMPT)) -> tuple[list[tuple[int, ...]], int]:
     out, accepted = [], 0
     for seed in range(runs):
         cfg = DecodeConfig(max_new_tokens=N_NEW, sampling=dataclasses.replace(SETTINGS[name], seed=seed),
                            tree=tree or TreeConfig())
-        tokens, events = run(decoder, PROMPT, cfg)
+        tokens, events = run(decoder, list(prompt), cfg)
         assert len(tokens) == N_NEW
         out.append(tuple(tokens))
         accepted += sum(e.accepted_drafts for e in events)
     return out, accepted
 
 
-def check_matches(samples, name: str) -> None:
-    probs = exact_joint(name)
+def check_matches(samples, name: str, prompt: tuple[int, ...] = tuple(PROMPT)) -> None:
+    probs = exact_joint(name, prompt)
     impossible = [s for s in samples if probs[s] == 0]
     assert not impossible, f"sampled sequences the target gives probability 0: {impossible[:5]}"
     p = chi_square_pvalue(samples, probs)
@@ -192,3 +193,18 @@ def test_baseline_sampling_matches_target_distribution(name):
     check_matches(samples, name)
     if name == "T1":  # power check: the test tells T=1 samples from a nearby temperature's distribution
         assert chi_square_pvalue(samples, exact_joint("T1.2")) < 1e-6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_context_lookup_sampling_matches_target_distribution(name):
+    """Lookup proposals (copied from the context, no head) are deterministic choices too: the output distribution is
+    still exactly the target's. The prompt is the target's own greedy text, so what follows a token there is often
+    what the target samples next, and proposals get accepted (and rejected) a lot."""
+    tgt = target()
+    greedy, _ = run(BaselineDecoder(tgt), PROMPT, DecodeConfig(max_new_tokens=24))
+    prompt = tuple(PROMPT + greedy)
+    dec = Eagle2Decoder(tgt, EagleDrafter(tiny_head(tgt), tgt))
+    samples, accepted = draw(dec, name, RUNS_EAGLE, TreeConfig(1, 1, 1, lookup=3), prompt)
+    assert accepted > RUNS_EAGLE // 2, "lookup proposals were rarely accepted: acceptance would not be exercised"
+    check_matches(samples, name, prompt)

@@ -55,7 +55,8 @@ def test_api_endpoints_and_concurrency(demo):
     assert fns["stream"].concurrency_id == "device" and fns["stream"].concurrency_limit == 1
     info = demo.get_api_info()
     params = [p["parameter_name"] for p in info["named_endpoints"]["/run"]["parameters"]]
-    assert params == ["prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k"]
+    assert params == ["prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k",
+                      "lookup"]
     assert "/stream" not in info["named_endpoints"]  # the UI's streaming event stays undocumented
 
 

@@ -42,6 +42,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-per-category", type=int, default=2)
     p.add_argument("--eval-max-new", type=int, default=64)
     p.add_argument("--skip-data", action="store_true", help="train on the shards already on disk")
+    p.add_argument("--data-only", action="store_true", help="stop after writing the shards (e.g. to train elsewhere)")
     p.add_argument("--init", default=None, help="start from this head folder (same draft vocabulary) instead of random")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="bf16")
@@ -103,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     if not a.skip_data:
         build_shards(target, tok, rows, out / "shards", a.batch, a.max_prompt, a.new_tokens, a.max_text,
                      a.sample_share, a.seed)
+    if a.data_only:
+        log("data only: shards written")
+        return 0
     seqs = load_shards(out / "shards")
     if a.max_shards:
         seqs = seqs[: a.max_shards * a.batch]

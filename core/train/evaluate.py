@@ -39,7 +39,7 @@ def measure(target: TargetModel, tok, drafter: EagleDrafter, questions: list[dic
             temperature: float, tree: TreeConfig, chain_depth: int = 5) -> dict:
     """tau per category (tree), and chain n-alpha for n = 0..chain_depth-1."""
     dec = Eagle2Decoder(target, drafter)
-    chain = TreeConfig(total_tokens=chain_depth + 1, depth=chain_depth, top_k=1)
+    chain = TreeConfig(total_tokens=chain_depth + 1, depth=chain_depth, top_k=1, lookup=0)
     per_cat: dict[str, list[tuple[int, int]]] = {}
     reached = [0] * chain_depth
     accepted = [0] * chain_depth
