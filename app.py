@@ -1,8 +1,6 @@
 """EAGLE Playground: plain decoding vs EAGLE-2 speculative decoding, side by side (Gradio app).
 
-python app.py [--model NAME|DIR] [--head DIR] [--device cpu|cuda|mps] [--dtype bf16|fp16|fp32] [--host H] [--port P]
-  [--share] [--log-level INFO] [--max-new-tokens-cap N] [--max-prompt-tokens N] [--trust-remote-code] [--tree auto|T,D,K]
-Loads the models once, warms them up, then serves; nothing happens at import.
+`python app.py --help` lists the flags. Loads the models once, warms them up, then serves; nothing happens at import.
 """
 from __future__ import annotations
 
@@ -26,6 +24,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-prompt-tokens", type=int, default=4096, help="per-request cap on prompt tokens")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
     p.add_argument("--tree", default=None, help="'auto' (measure this machine at start-up) or T,D,K for the defaults")
+    p.add_argument("--prompt-mode", default="auto", choices=["auto", "raw", "chat"], help="auto: chat if templated")
+    p.add_argument("--system", default=None, help="system prompt for chat mode")
     args = p.parse_args(argv)
     if min(args.max_new_tokens_cap, args.max_prompt_tokens) < 1:
         p.error("--max-new-tokens-cap and --max-prompt-tokens must be at least 1")
@@ -38,33 +38,28 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=args.log_level, format="[eagle-playground] %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # Gradio's own start-up probes
     from app.handlers import auto_or_parse, warm_up
-    from app.ui import build_demo, launch_options
+    from app.ui import build_demo, serve
     from core.pipeline import build_decoders
 
     t0 = time.perf_counter()
     print(f"[eagle-playground] loading model {args.model or 'default'}, head {args.head or 'default'} ...", flush=True)
     target, tok, baseline, eagle = build_decoders(args.model, args.head, args.device, args.dtype,
-                                                  **({"trust_remote_code": True} if args.trust_remote_code else {}))
+                                                  trust_remote_code=args.trust_remote_code)
     print(f"[eagle-playground] loaded {target.name} on {target.device} ({target.dtype}) in "
           f"{time.perf_counter() - t0:.1f} s; warming up ...", flush=True)
     warm_up(tok, baseline, eagle)
     tree = auto_or_parse(args.tree, eagle, tok)
     info = f"Target **{target.name}** · {target.device.type} · {str(target.dtype).removeprefix('torch.')}"
     demo = build_demo(tok, baseline, eagle, info=info + (f" · head `{args.head}`" if args.head else ""),
-                      max_new_tokens=args.max_new_tokens_cap, max_prompt_tokens=args.max_prompt_tokens, tree=tree)
-    opts = dict(server_name=args.host, server_port=args.port, prevent_thread_lock=True, **launch_options())
-    try:
-        _, local_url, share_url = demo.launch(share=args.share, **opts)
-    except Exception as e:  # a share tunnel that cannot start must not take the local app down
-        print(f"[eagle-playground] could not create a public link ({e}); serving locally only", flush=True)
-        demo.close()
-        _, local_url, share_url = demo.launch(share=False, **opts)
-    if args.share and not share_url:
-        print("[eagle-playground] --share: no public link (offline or tunnel blocked); serving locally only",
-              flush=True)
-    print(f"[eagle-playground] ready at {share_url or local_url}", flush=True)
+                      max_new_tokens=args.max_new_tokens_cap, max_prompt_tokens=args.max_prompt_tokens, tree=tree,
+                      prompt_mode=args.prompt_mode, system=args.system)
+    url = serve(demo, args.host, args.port, args.share)
+    print(f"[eagle-playground] ready at {url}", flush=True)
     demo.block_thread()
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ValueError as e:  # unknown model, unreadable head, chat mode without a template: one line, non-zero exit
+        raise SystemExit(f"[eagle-playground] error: {e}") from None

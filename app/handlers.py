@@ -32,6 +32,8 @@ from app.render import (
 from app.state import RunRecord
 from core.config import DecodeConfig, DecodeError, SamplingConfig, TreeConfig
 from core.events import StepEvent, summarize
+from core.pipeline import encode_prompt
+from core.pipeline import prompt_mode as resolve_prompt_mode
 
 MAX_NEW_TOKENS = 1024  # UI / API cap (core accepts more; this keeps a public demo responsive)
 MAX_PROMPT_TOKENS = 4096
@@ -134,8 +136,10 @@ class Playground:
 
     def __init__(self, tokenizer, baseline, eagle, *, text_every: float = 0.1, plot_every: float = 0.5,
                  charts_every: float = 2.0, max_new_tokens: int = MAX_NEW_TOKENS,
-                 max_prompt_tokens: int = MAX_PROMPT_TOKENS):
+                 max_prompt_tokens: int = MAX_PROMPT_TOKENS, prompt_mode: str = "auto", system: str | None = None):
         self.tok, self.baseline, self.eagle = tokenizer, baseline, eagle
+        self.mode = resolve_prompt_mode(tokenizer, prompt_mode)  # 'chat' (user turn) or 'raw'; shown in the UI
+        self.system = system
         self.text_every, self.plot_every, self.charts_every = text_every, plot_every, charts_every
         self.cap, self.prompt_cap = max_new_tokens, max_prompt_tokens
         target = getattr(baseline, "target", None)
@@ -185,7 +189,7 @@ class Playground:
         except ValueError as e:
             raise gr.Error(str(e), title="Invalid setting") from None
         try:
-            ids = list(self.tok.encode(prompt))
+            ids = self.encode(prompt)
         except Exception as e:  # noqa: BLE001 - a tokenizer that refuses odd text (e.g. lone surrogates)
             raise gr.Error(f"The prompt cannot be tokenized: {type(e).__name__}", title="Invalid prompt") from None
         if not ids:
@@ -286,6 +290,12 @@ class Playground:
         last = steps[-1]
         where = f"Step {len(steps)} (live)" if running else f"Step {len(steps)} of {len(steps)}"
         return f"{where}: {len(last.tree) - 1} drafted, {last.accepted_drafts} accepted + 1 target token"
+
+    def encode(self, prompt: str) -> list[int]:
+        """Prompt text -> ids: raw text for base models, one user turn of the chat template for chat models."""
+        if self.mode == "chat":
+            return encode_prompt(self.tok, prompt, "chat", self.system)
+        return list(self.tok.encode(prompt))
 
     def label(self, token_id: int) -> str:
         if token_id not in self._labels:

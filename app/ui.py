@@ -36,13 +36,31 @@ def launch_options() -> dict:
     )
 
 
+def serve(demo: gr.Blocks, host: str | None, port: int | None, share: bool) -> str:
+    """Launch without blocking and return the URL to show; a share tunnel that cannot start (offline, blocked) must
+    not take the local app down, so it falls back to serving locally."""
+    opts = dict(server_name=host, server_port=port, prevent_thread_lock=True, **launch_options())
+    try:
+        _, local_url, share_url = demo.launch(share=share, **opts)
+    except Exception as e:  # noqa: BLE001 - whatever the tunnel raised
+        print(f"[eagle-playground] could not create a public link ({e}); serving locally only", flush=True)
+        demo.close()
+        _, local_url, share_url = demo.launch(share=False, **opts)
+    if share and not share_url:
+        print("[eagle-playground] --share: no public link (offline or tunnel blocked); serving locally only",
+              flush=True)
+    return share_url or local_url
+
+
 def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str] | None = None,
                text_every: float = 0.1, plot_every: float = 0.5, max_new_tokens: int = MAX_NEW_TOKENS,
-               max_prompt_tokens: int = MAX_PROMPT_TOKENS, tree: TreeConfig | None = None) -> gr.Blocks:
-    """Blocks wired to the given tokenizer and decoders; `info` is one markdown line (model, head, device)."""
+               max_prompt_tokens: int = MAX_PROMPT_TOKENS, tree: TreeConfig | None = None,
+               prompt_mode: str = "auto", system: str | None = None) -> gr.Blocks:
+    """Blocks wired to the given tokenizer and decoders; `info` is one markdown line (model, head, device).
+    prompt_mode 'auto' wraps prompts in the chat template when the tokenizer has one ('chat'), else 'raw'."""
     pg = Playground(tokenizer, baseline, eagle, text_every=text_every, plot_every=plot_every,
                     charts_every=max(2.0, 4 * plot_every), max_new_tokens=max_new_tokens,
-                    max_prompt_tokens=max_prompt_tokens)
+                    max_prompt_tokens=max_prompt_tokens, prompt_mode=prompt_mode, system=system)
     tree_defaults = tree or TreeConfig()  # app.py --tree auto passes the measured choice of core/autotree.py
     examples = load_examples() if examples is None else examples
     note = getattr(eagle, "note", "")
@@ -53,10 +71,15 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
                     "**EAGLE-2** speculative decoding, raced by compute time.", elem_id="header")
         if info:
             gr.Markdown(info, elem_id="model-info")
+        mode_text = ("**chat**: your text is sent as one user turn of the model's chat template"
+                     + (" after the system prompt" if pg.system else "") if pg.mode == "chat"
+                     else "**raw text**: the model continues your text as is (base model, no chat template)")
+        gr.Markdown(f"Prompt mode: {mode_text}", elem_id="prompt-mode")
         if note:
             gr.Markdown(f"⚠️ {note}", elem_id="head-note")
         with gr.Row(equal_height=True):
-            prompt = gr.Textbox(label="Prompt (completion style: the model continues your text)", lines=3,
+            prompt = gr.Textbox(label="Prompt (completion style: the model continues your text)" if pg.mode == "raw"
+                                else "Prompt (a user message to the chat model)", lines=3,
                                 max_lines=12, scale=5, elem_id="prompt", placeholder="Once upon a time")
             with gr.Column(scale=1, min_width=150):
                 run = gr.Button("Run ▶", variant="primary", elem_id="run")

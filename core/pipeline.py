@@ -20,9 +20,15 @@ DEFAULT_HEAD_DIR = HEADS_DIR / "gemma-3-270m"
 
 
 def default_head(model: str | None) -> Path | None:
-    """The packaged trained head for the default model, if present."""
-    is_default = not model or model == DEFAULT_MODEL
-    return DEFAULT_HEAD_DIR if is_default and (DEFAULT_HEAD_DIR / "config.json").exists() else None
+    """The packaged trained head for the default model, or a preset's own head (shipped folder, or a hub head that
+    downloads on first use), if there is one."""
+    if not model or model == DEFAULT_MODEL:
+        return DEFAULT_HEAD_DIR if (DEFAULT_HEAD_DIR / "config.json").exists() else None
+    from core.presets import get_preset
+
+    preset = get_preset(model)
+    path = preset.head_path() if preset is not None else None
+    return Path(path) if path else None
 
 
 def check_head_path(head: str | Path) -> Path:

@@ -211,3 +211,28 @@ def test_tree_flag_keeps_defaults_parses_or_measures():
     assert isinstance(chosen, TreeConfig) and 1 <= chosen.total_tokens <= 64
     with pytest.raises(ValueError, match="total_tokens,depth,top_k"):
         auto_or_parse("ten", eagle, tok)
+
+
+def test_chat_mode_wraps_the_prompt_and_the_ui_says_so():
+    """A tokenizer with a chat template: prompts become one user turn (after the system prompt); the UI names the mode.
+    Raw mode (and any base model) encodes the text as is."""
+    from app.ui import build_demo
+    from fakes import tiny_stack
+
+    tok, baseline, eagle = tiny_stack()
+    raw = Playground(tok, baseline, eagle)
+    assert raw.mode == "raw" and raw.encode("the fox") == list(tok.encode("the fox"))
+    with pytest.raises(ValueError, match="chat_template"):
+        Playground(tok, baseline, eagle, prompt_mode="chat")
+    tok.chat_template = ("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"
+                         "{% if add_generation_prompt %}[assistant]{% endif %}")
+    chat = Playground(tok, baseline, eagle, system="Be brief.")
+    assert chat.mode == "chat"
+    assert chat.encode("the fox") == list(tok.encode("[system]Be brief.[user]the fox[assistant]"))
+    record, _ = chat.prepare("the fox", 4, 0.0, 1.0, 0, 4, 2, 2)
+    assert record.prompt_ids == chat.encode("the fox")
+    assert Playground(tok, baseline, eagle, prompt_mode="raw").encode("the fox") == list(tok.encode("the fox"))
+    for mode, words in (("auto", "user turn of the model's chat template"), ("raw", "raw text")):
+        demo = build_demo(tok, baseline, eagle, prompt_mode=mode)
+        shown = [b.value for b in demo.blocks.values() if getattr(b, "elem_id", None) == "prompt-mode"]
+        assert shown and words in shown[0]

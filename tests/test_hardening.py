@@ -322,6 +322,9 @@ def test_app_flags_and_safe_defaults():
         app_py.parse_args(["--log-level", "chatty"])
     with pytest.raises(SystemExit):
         app_py.parse_args(["--max-new-tokens-cap", "0"])
+    assert a.prompt_mode == "auto" and app_py.parse_args(["--prompt-mode", "raw"]).prompt_mode == "raw"
+    with pytest.raises(SystemExit):
+        app_py.parse_args(["--prompt-mode", "jinja"])
     from core.generate import parse_args as gen_args
 
     assert gen_args(["--prompt", "x"]).trust_remote_code is False
@@ -356,3 +359,15 @@ def test_api_takes_no_file_paths(server):
 def test_head_loading_is_safe():
     src = (Path(__file__).resolve().parent.parent / "core" / "draft_head.py").read_text()
     assert "weights_only=True" in src and "model.safetensors" in src
+
+
+def test_app_start_failure_is_one_line():
+    """A model that cannot be resolved stops `python app.py` before loading anything: one line, non-zero exit."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "app.py", "--model", "no-such-model"], cwd=STATIC.parent,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    err = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("[eagle-playground] error: unknown model 'no-such-model'")

@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     shipped = load_head(head_dir)
     drafter = EagleDrafter(shipped, target)
     qs = sample_questions(a.eval_questions, a.eval_per_category) if a.eval_per_category else []
-    evals = [measure(target, tok, drafter, qs, a.eval_max_new, t, TreeConfig()) for t in (0.0, 1.0)] if qs else []
+    head_tree = TreeConfig(lookup=0)  # the head alone: context lookup would blur what training achieved
+    evals = [measure(target, tok, drafter, qs, a.eval_max_new, t, head_tree) for t in (0.0, 1.0)] if qs else []
     used = rows[: len(list((out / "shards").glob("shard_*.safetensors"))) * a.batch]
     n_prompt = sum(r["kind"] == "prompt" for r in used)
     card = {
@@ -158,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         "hardware": {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
                      "torch_threads": torch.get_num_threads(), "device": str(target.device),
                      "dtype": str(target.dtype)},
-        "evaluation": {"questions": Path(a.eval_questions).name, "note": "evaluation only, never trained on",
+        "evaluation": {"questions": Path(a.eval_questions).name,
+                       "note": "evaluation only, never trained on; default tree without context lookup (head alone)",
                        "results": evals},
         "command": "python -m core.train " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
