@@ -65,7 +65,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--model", default=None, help="target model name, folder or hub id (default gemma-3-270m)")
     p.add_argument("--head", default=None, help="EAGLE head folder (default: the pipeline's default head)")
-    p.add_argument("--tree", default="auto", help="'auto' or total_tokens,depth,top_k[,lookup] (e.g. 24,6,6 or 24,6,6,0)")
+    p.add_argument("--tree", default="auto",
+                   help="'auto' or total_tokens,depth,top_k[,lookup] (e.g. 24,6,6 or 24,6,6,0)")
     p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 (default: the loader's choice)")
     p.add_argument("--device", default=None, help="cuda | mps | cpu (default: best available)")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's choice)")
