@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--total-tokens", type=int, default=tree.total_tokens, help="tree nodes per step, root included")
     p.add_argument("--depth", type=int, default=tree.depth, help="draft levels below the root")
     p.add_argument("--top-k", type=int, default=tree.top_k, help="branching per expanded node")
-    p.add_argument("--lookup", type=int, default=tree.lookup, help="context-lookup tokens grafted into the tree (0 = off)")
+    p.add_argument("--lookup", type=int, default=tree.lookup, help="context-lookup tokens in the tree (0 = off)")
     p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 | auto (default: bf16, fp16 on old GPUs)")
     p.add_argument("--device", default=None, help="cpu | cuda | mps | auto (default: auto)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text + summary")

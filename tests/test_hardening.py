@@ -108,8 +108,8 @@ def test_handler_rejects_nan_and_inf(field, value):
     """What a Python caller of the handler (or a lenient JSON parser) could pass: NaN / inf in any numeric field."""
     tok, baseline, eagle = tiny_stack()
     with pytest.raises(gr.Error, match="finite|whole number|must be"):
-        Playground(tok, baseline, eagle).run(**dict(zip(("prompt", "max_new_tokens", "temperature", "top_p", "seed",
-                                                         "total_tokens", "depth", "top_k", "lookup"), args(**{field: value}))))
+        names = ("prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k", "lookup")
+        Playground(tok, baseline, eagle).run(**dict(zip(names, args(**{field: value}))))
 
 
 def test_server_still_answers_after_all_bad_inputs(server):
