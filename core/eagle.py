@@ -16,7 +16,7 @@ from core.drafter import EagleDrafter
 from core.lookup import context_draft
 from core.events import StepEvent, TreeNode
 from core.models import TargetModel
-from core.sampling import next_token, target_probs
+from core.sampling import next_token, row_max, target_probs
 from core.timing import now
 from core.verify import accept_greedy, accept_sampled
 
@@ -44,7 +44,7 @@ class Eagle2Decoder:
             hidden, taps = tgt.forward(ids, cache, output_layers=dr.output_layers)  # (1, P, H); EAGLE-3 taps
             draft_in = hidden if taps is None else taps  # the features this head reads
             logits = tgt.logits(hidden[0, -1])
-            check_finite("target logits", logits)
+            check_finite("target logits", row_max(logits)[0])  # NaN / +inf anywhere reaches the max
             root = next_token(logits, s, gen)
             t1 = now(tgt.device)
             if drafting:
@@ -77,11 +77,12 @@ class Eagle2Decoder:
                                            tree.ancestor_mask(parents), output_layers=dr.output_layers)  # (1, N, H)
                 draft_in = hidden if taps is None else taps
                 logits = tgt.logits(hidden[0])  # (N, V)
-                check_finite("target logits", logits)
+                best, greedy_ids = row_max(logits)  # (N,) each: the finiteness check and greedy targets in one pass
+                check_finite("target logits", best)
                 # 3. accept
                 kids = tree.children(parents)
                 if s.greedy:
-                    path, bonus = accept_greedy(kids, tokens, logits.argmax(-1).tolist())
+                    path, bonus = accept_greedy(kids, tokens, greedy_ids.tolist())
                 else:
                     path, bonus = accept_sampled(kids, tokens, lambda n: target_probs(logits[n], s), gen)
                 accepted = [tokens[i] for i in path[1:]] + [bonus]
