@@ -142,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     drafter = EagleDrafter(shipped, target)
     qs = sample_questions(a.eval_questions, a.eval_per_category) if a.eval_per_category else []
     head_tree = TreeConfig(lookup=0)  # the head alone: context lookup would blur what training achieved
-    evals = [measure(target, tok, drafter, qs, a.eval_max_new, t, head_tree) for t in (0.0, 1.0)] if qs else []
+    mode = "chat" if a.chat and tok.chat_template else "raw"
+    evals = [measure(target, tok, drafter, qs, a.eval_max_new, t, head_tree, prompt_mode=mode)
+             for t in (0.0, 1.0)] if qs else []
     used = rows[: len(list((out / "shards").glob("shard_*.safetensors"))) * a.batch]
     n_prompt = sum(r["kind"] == "prompt" for r in used)
     card = {
@@ -161,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                      "dtype": str(target.dtype)},
         "evaluation": {"questions": Path(a.eval_questions).name,
                        "note": "evaluation only, never trained on; default tree without context lookup (head alone)",
+                       "prompt_mode": mode,
                        "results": evals},
         "command": "python -m core.train " + " ".join(argv if argv is not None else sys.argv[1:]),
     }

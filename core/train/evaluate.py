@@ -13,6 +13,7 @@ from core.drafter import EagleDrafter
 from core.eagle import Eagle2Decoder
 from core.events import summarize
 from core.models import TargetModel
+from core.pipeline import encode_prompt
 
 SPEC_BENCH_GROUPS = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
 
@@ -36,15 +37,18 @@ def sample_questions(path: str, per_category: int) -> list[dict]:
 
 
 def measure(target: TargetModel, tok, drafter: EagleDrafter, questions: list[dict], max_new: int,
-            temperature: float, tree: TreeConfig, chain_depth: int = 5) -> dict:
-    """tau per category (tree), and chain n-alpha for n = 0..chain_depth-1."""
+            temperature: float, tree: TreeConfig, chain_depth: int = 5, prompt_mode: str = "raw") -> dict:
+    """tau per category (tree), and chain n-alpha for n = 0..chain_depth-1. prompt_mode: 'raw' or 'chat' (one user
+    turn of the tokenizer's template), as core.pipeline.encode_prompt."""
+    from core.pipeline import encode_prompt
+
     dec = Eagle2Decoder(target, drafter)
     chain = TreeConfig(total_tokens=chain_depth + 1, depth=chain_depth, top_k=1, lookup=0)
     per_cat: dict[str, list[tuple[int, int]]] = {}
     reached = [0] * chain_depth
     accepted = [0] * chain_depth
     for q in questions:
-        ids = tok(q["turns"][0]).input_ids
+        ids = encode_prompt(tok, q["turns"][0], prompt_mode)
         s = SamplingConfig(temperature=temperature, seed=q["question_id"])
         st = summarize(list(dec.generate(ids, DecodeConfig(max_new, s, tree))))
         per_cat.setdefault(q["group"], []).append((st.new_tokens, st.target_forwards))
