@@ -197,7 +197,7 @@ class Playground:
         limit = self.prompt_cap
         max_pos = getattr(getattr(self.baseline, "target", None), "max_positions", None)
         if max_pos:
-            limit = min(limit, max_pos - cfg.max_new_tokens - max(cfg.tree.depth, cfg.tree.lookup) - 1)
+            limit = min(limit, max_pos - cfg.max_new_tokens - cfg.tree.reach - 1)
         if len(ids) > limit:
             raise gr.Error(f"The prompt is {len(ids)} tokens; at most {max(limit, 0)} fit with these settings.",
                            title="Prompt too long")

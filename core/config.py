@@ -57,6 +57,11 @@ class TreeConfig:
         _check_int("top_k", self.top_k, 1, 64)
         _check_int("lookup", self.lookup, 0, 64)
 
+    @property
+    def reach(self) -> int:
+        """How far past the committed prefix one verify can write: the head's depth or the lookup chain's length."""
+        return max(self.depth, self.lookup)
+
     @classmethod
     def parse(cls, text: str) -> "TreeConfig":
         """Parse 'T,D,K' or 'T,D,K,L' (e.g. '24,6,6' keeps the default lookup; '24,6,6,0' turns it off)."""

@@ -19,7 +19,7 @@ def context_draft(history: Sequence[int], max_len: int, max_ngram: int = 3, min_
     n_hist = len(history)
     if max_len <= 0 or n_hist < min_ngram + 1:
         return []
-    hist = list(history)
+    hist = history if isinstance(history, list) else list(history)  # the decode loop passes its list: no copy
     for n in range(min(max_ngram, n_hist - 1), min_ngram - 1, -1):
         suffix = hist[n_hist - n:]
         first = suffix[0]

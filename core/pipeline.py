@@ -89,7 +89,7 @@ def encode(tokenizer, text: str) -> list[int]:
 
 def check_prompt_fits(target: TargetModel, prompt_ids: list[int], cfg) -> None:
     """The prompt plus max_new_tokens (plus the deepest tree node: draft depth or lookup chain) must fit the context."""
-    limit = target.max_positions - cfg.max_new_tokens - max(cfg.tree.depth, cfg.tree.lookup) - 1
+    limit = target.max_positions - cfg.max_new_tokens - cfg.tree.reach - 1
     if len(prompt_ids) > limit:
         raise ValueError(f"prompt is {len(prompt_ids)} tokens; at most {max(limit, 0)} fit in the model's context of "
                          f"{target.max_positions} with --max-new-tokens {cfg.max_new_tokens}")
