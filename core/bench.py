@@ -417,7 +417,14 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
         bar.close()
     head_trained = bool(getattr(getattr(eagle.drafter, "head", None), "trained", False))
     config = machine_config(a, plan, target, tree, tree_info, loader, len(questions))
-    head = a.head or ("default (packaged)" if head_trained else "none: untrained random head")
+    if a.head:
+        head = a.head
+    elif head_trained:
+        from core.pipeline import default_head
+
+        head = f"shipped for the model: {default_head(a.model)}"
+    else:
+        head = "none: untrained random head"
     return {"config": {**config, "head": head, "head_trained": head_trained},
             "per_prompt": rows, "summary": summarize_rows(rows)}
 
