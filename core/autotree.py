@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from core import kv_cache, tree
-from core.config import DecodeConfig, TreeConfig
+from core.config import DecodeConfig, SamplingConfig, TreeConfig
 from core.eagle import Eagle2Decoder
 from core.models import TargetModel
 from core.sampling import row_max
@@ -56,10 +56,15 @@ def verify_profile(target: TargetModel, sizes=SIZES, prefix: int = 64, repeats: 
 
 
 def choose_tree(decoder: Eagle2Decoder, prompt_ids: list[int], depth: int = 6, top_k: int = 8,
-                max_new_tokens: int = 64, sizes=SIZES) -> AutoTreeReport:
-    """Pick total_tokens for (depth, top_k) from one calibration generation and a verify-latency profile."""
+                max_new_tokens: int = 64, sizes=SIZES, sampling: SamplingConfig | None = None) -> AutoTreeReport:
+    """Pick total_tokens for (depth, top_k) from one calibration generation and a verify-latency profile.
+
+    `sampling` is the run's own (acceptance at T=1 is far below greedy's, so a greedy calibration would oversize
+    a sampled run's tree); greedy when None.
+    """
     big = TreeConfig(total_tokens=max(sizes), depth=depth, top_k=top_k, lookup=0)  # calibrate the head alone
-    steps = [e for e in decoder.generate(prompt_ids, DecodeConfig(max_new_tokens, tree=big)) if e.tree]
+    cfg = DecodeConfig(max_new_tokens, sampling or SamplingConfig(), tree=big)
+    steps = [e for e in decoder.generate(prompt_ids, cfg) if e.tree]
     prof = verify_profile(decoder.target, sizes)
     if not steps:
         return AutoTreeReport(TreeConfig(depth=depth, top_k=top_k), prof, {}, 0.0, 1.0)

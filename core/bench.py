@@ -180,16 +180,18 @@ def load_stack(model: str | None, head: str | None, device: str | None, dtype: s
     return target, tok, BaselineDecoder(target), Eagle2Decoder(target, EagleDrafter(h, target)), "core.bench fallback"
 
 
-def resolve_tree(given: TreeConfig | None, eagle, prompt_ids: list[int]) -> tuple[TreeConfig, dict]:
-    """The tree to use and how it was chosen; 'auto' (given None) asks core.autotree.choose_tree when it exists."""
+def resolve_tree(given: TreeConfig | None, eagle, prompt_ids: list[int],
+                 sampling: SamplingConfig | None = None) -> tuple[TreeConfig, dict]:
+    """The tree to use and how it was chosen; 'auto' (given None) asks core.autotree.choose_tree when it exists,
+    calibrating at the run's own sampling settings."""
     if given is not None:
         return given, {"source": "given"}
     if importlib.util.find_spec("core.autotree") is None:
         return TreeConfig(), {"source": "auto: no chooser in core, default TreeConfig()"}
     from core.autotree import choose_tree
 
-    report = choose_tree(eagle, prompt_ids)  # calibrates on the first prompt (the warm-up prompt)
-    return report.chosen, {"source": "auto: core.autotree.choose_tree on the first prompt",
+    report = choose_tree(eagle, prompt_ids, sampling=sampling)  # calibrates on the first prompt (the warm-up one)
+    return report.chosen, {"source": "auto: core.autotree.choose_tree on the first prompt, at the run's sampling",
                            "verify_ms": getattr(report, "verify_ms", None),
                            "expected_tokens": getattr(report, "expected_tokens", None)}
 
@@ -405,7 +407,7 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
     target, tok, baseline, eagle, loader = load_stack(a.model, a.head, a.device, a.dtype,
                                                       getattr(a, "trust_remote_code", False))
     prompts = [encode_prompt(tok, q["turns"][0], a.raw) for q in questions]
-    tree, tree_info = resolve_tree(plan.tree, eagle, prompts[0])
+    tree, tree_info = resolve_tree(plan.tree, eagle, prompts[0], plan.decode.sampling)
     runners = make_runners(plan, target, tok, baseline, eagle, tree)
     compare = plan.decode.sampling.greedy and "baseline" in plan.methods
     print(f"[bench] {target.name} on {target.device} ({target.dtype}), {len(questions)} prompts, "
