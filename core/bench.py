@@ -1,6 +1,7 @@
 """Spec-Bench-style speed benchmark: transformers generate() (plain, prompt lookup) vs our baseline and EAGLE-2.
 
-python -m core.bench --questions FILE.jsonl [--categories a,b] [--limit N] [--per-category N] --max-new-tokens M
+python -m core.bench --questions FILE.jsonl [--categories a,b] [--limit N] [--per-category N [--file-categories]]
+    --max-new-tokens M
     --methods hf,hf-pld,baseline,eagle2[,eagle2-head,eagle2-chain,lookup] [--temperature T] [--model M --head H]
     [--tree auto|T,D,K[,L]]
     [--dtype fp32|bf16] [--device D] [--threads N] [--raw] --json OUT [--html OUT] [--seed S]
@@ -59,6 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--questions", required=True, help="Spec-Bench style jsonl (question_id, category, turns)")
     p.add_argument("--categories", default="", help="comma list of Spec-Bench categories (or MT-bench ones)")
     p.add_argument("--per-category", type=int, default=0, help="first N rows per category in file order")
+    p.add_argument("--file-categories", action="store_true",
+                   help="group by the file's own categories (MT-bench's eight) instead of Spec-Bench's six")
     p.add_argument("--limit", type=int, default=0, help="cap on the number of prompts")
     p.add_argument("--max-new-tokens", type=int, required=True)
     p.add_argument("--methods", default="hf,baseline,eagle2", help="comma list of " + ",".join(METHODS))
@@ -131,15 +134,16 @@ def read_questions(path: str) -> list[dict]:
 
 
 def select_questions(rows: list[dict], categories: frozenset[str] = frozenset(), per_category: int = 0,
-                     limit: int = 0) -> list[dict]:
-    """Filter by category (Spec-Bench's six or a raw name), take the first N per category in file order, then cap."""
+                     limit: int = 0, file_categories: bool = False) -> list[dict]:
+    """Filter by category (Spec-Bench's six or a raw name), take the first N per category in file order, then cap.
+    Groups are Spec-Bench's six (MT-bench's eight collapse into mt_bench) unless file_categories keeps the file's."""
     known = {spec_bench_category(r["category"]) for r in rows} | {r["category"] for r in rows}
     if categories - known:
         raise BenchError(f"unknown categories {sorted(categories - known)}; the file has {sorted(known)}")
     seen: dict[str, int] = {}
     out = []
     for r in rows:
-        group = spec_bench_category(r["category"])
+        group = r["category"] if file_categories else spec_bench_category(r["category"])
         if categories and group not in categories and r["category"] not in categories:
             continue
         if per_category and seen.get(group, 0) >= per_category:
@@ -372,6 +376,7 @@ def machine_config(a: argparse.Namespace, plan: Plan, target, tree: TreeConfig, 
         "top_p": plan.decode.sampling.top_p, "top_k": plan.decode.sampling.top_k, "seed": a.seed,
         "max_new_tokens": plan.decode.max_new_tokens, "questions": a.questions,
         "categories": sorted(plan.categories) or "all", "per_category": a.per_category, "limit": a.limit,
+        "file_categories": a.file_categories,
         "n_prompts": n_prompts, "prompt_format": "raw" if a.raw else "chat template when the tokenizer has one",
         "hf_pld_tokens": PLD_TOKENS if "hf-pld" in plan.methods else None,
         "protocol": "1 warm-up per method; rotating method order; speedup = ratio of mean tok/s; "
@@ -398,7 +403,8 @@ def _progress_bar(total: int, methods: tuple[str, ...]):
 
 def bench(a: argparse.Namespace, plan: Plan) -> dict:
     """Load, select, run, summarize: the whole benchmark as one JSON-ready dict."""
-    questions = select_questions(read_questions(a.questions), plan.categories, a.per_category, a.limit)
+    questions = select_questions(read_questions(a.questions), plan.categories, a.per_category, a.limit,
+                                 a.file_categories)
     if not questions:
         raise BenchError("no questions selected")
     torch.manual_seed(a.seed)

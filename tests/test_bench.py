@@ -136,6 +136,8 @@ def test_pure_helpers():
     assert [r["question_id"] for r in select_questions(rows, per_category=1)] == [0, 2, 5]
     assert [r["question_id"] for r in select_questions(rows, frozenset({"mt_bench"}))] == [0, 1, 4]
     assert [r["question_id"] for r in select_questions(rows, limit=2)] == [0, 1]
+    by_file = select_questions(rows, per_category=1, file_categories=True)  # MT-bench's own categories kept
+    assert [(r["question_id"], r["group"]) for r in by_file] == [(0, "writing"), (1, "math"), (2, "qa"), (5, "rag")]
 
 
 def test_prompt_uses_chat_template_when_present():
