@@ -66,7 +66,7 @@ class TargetModel:
         """(..., H) post-norm features -> (..., V) logits through the target's LM head.
 
         In bf16 on CPU the product runs with the vocabulary as the GEMM's row dimension: torch.mv for one row,
-        W @ h^T (a transposed view comes back) for several. oneDNN runs that orientation 1.3-1.6x faster than
+        W @ h^T (a transposed view comes back) for several. oneDNN runs that orientation 1.25-1.45x faster than
         linear()'s h @ W^T for a (V, H) head, and one row's logits are bitwise those of linear() (README, "Where
         the time goes"). Other dtypes and devices call the head module as is.
         """
