@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import json
 import os
 import platform
@@ -35,6 +34,8 @@ import torch
 from core.bench_report import (  # noqa: F401  (re-exported: the pure arithmetic lives there)
     category_table, mean_tokens_per_s, pooled_tau, spec_bench_speedup, summarize_rows, summary_table, write_html,
 )
+from core import pipeline
+from core.autotree import choose_tree
 from core.config import DecodeConfig, SamplingConfig, TreeConfig
 from core.events import RunStats, summarize
 from core.models import TargetModel
@@ -153,51 +154,25 @@ def select_questions(rows: list[dict], categories: frozenset[str] = frozenset(),
     return out[:limit] if limit else out
 
 
-def encode_prompt(tok, text: str, raw: bool = False) -> list[int]:
-    """Raw text with the tokenizer's special tokens, or the chat template as one user turn when there is one."""
-    if raw or not getattr(tok, "chat_template", None):
-        return list(tok(text).input_ids)
-    rendered = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                       tokenize=False)
-    return list(tok(rendered, add_special_tokens=False).input_ids)
-
-
 # ------------------------------------------------------------------------------------------------ loading
 
 
 def load_stack(model: str | None, head: str | None, device: str | None, dtype: str | None,
                trust_remote_code: bool = False):
-    """(target, tokenizer, baseline, eagle, loader name): core.pipeline.build_decoders when present, else our own."""
-    if importlib.util.find_spec("core.pipeline") is not None:
-        from core.pipeline import build_decoders
-
-        return (*build_decoders(model, head, device, dtype, trust_remote_code=trust_remote_code),
-                "core.pipeline.build_decoders")
-    from core.baseline import BaselineDecoder
-    from core.draft_head import HeadConfig, init_head, load_head
-    from core.drafter import EagleDrafter
-    from core.eagle import Eagle2Decoder
-    from core.models import load_target
-
-    target, tok = load_target(model, device, dtype, trust_remote_code=trust_remote_code)
-    h = load_head(head) if head else init_head(HeadConfig.for_target(target.hidden_size, target.vocab_size))
-    return target, tok, BaselineDecoder(target), Eagle2Decoder(target, EagleDrafter(h, target)), "core.bench fallback"
+    """(target, tokenizer, baseline, eagle, loader name) from core.pipeline.build_decoders, as the app loads them."""
+    return (*pipeline.build_decoders(model, head, device, dtype, trust_remote_code=trust_remote_code),
+            "core.pipeline.build_decoders")
 
 
 def resolve_tree(given: TreeConfig | None, eagle, prompt_ids: list[int],
                  sampling: SamplingConfig | None = None) -> tuple[TreeConfig, dict]:
-    """The tree to use and how it was chosen; 'auto' (given None) asks core.autotree.choose_tree when it exists,
-    calibrating at the run's own sampling settings."""
+    """The tree to use and how it was chosen; 'auto' (given None) asks core.autotree.choose_tree, calibrating at
+    the run's own sampling settings."""
     if given is not None:
         return given, {"source": "given"}
-    if importlib.util.find_spec("core.autotree") is None:
-        return TreeConfig(), {"source": "auto: no chooser in core, default TreeConfig()"}
-    from core.autotree import choose_tree
-
     report = choose_tree(eagle, prompt_ids, sampling=sampling)  # calibrates on the first prompt (the warm-up one)
     return report.chosen, {"source": "auto: core.autotree.choose_tree on the first prompt, at the run's sampling",
-                           "verify_ms": getattr(report, "verify_ms", None),
-                           "expected_tokens": getattr(report, "expected_tokens", None)}
+                           "verify_ms": report.verify_ms, "expected_tokens": report.expected_tokens}
 
 
 # ------------------------------------------------------------------------------------------------ runners
@@ -412,7 +387,7 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
         torch.set_num_threads(a.threads)
     target, tok, baseline, eagle, loader = load_stack(a.model, a.head, a.device, a.dtype,
                                                       getattr(a, "trust_remote_code", False))
-    prompts = [encode_prompt(tok, q["turns"][0], a.raw) for q in questions]
+    prompts = [pipeline.encode_prompt(tok, q["turns"][0], "raw" if a.raw else "auto") for q in questions]
     tree, tree_info = resolve_tree(plan.tree, eagle, prompts[0], plan.decode.sampling)
     runners = make_runners(plan, target, tok, baseline, eagle, tree)
     compare = plan.decode.sampling.greedy and "baseline" in plan.methods
@@ -428,9 +403,7 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
     if a.head:
         head = a.head
     elif head_trained:
-        from core.pipeline import default_head
-
-        head = f"shipped for the model: {default_head(a.model)}"
+        head = f"shipped for the model: {pipeline.default_head(a.model)}"
     else:
         head = "none: untrained random head"
     return {"config": {**config, "head": head, "head_trained": head_trained},

@@ -9,9 +9,10 @@ import json
 import pytest
 import torch
 
-from core.bench import encode_prompt, main, rotation, select_questions, trim_at_eos
+from core.bench import main, rotation, select_questions, trim_at_eos
 from core.bench_report import category_table, pooled_tau, spec_bench_speedup, summarize_rows, summary_table
 from core.draft_head import HeadConfig, init_head, save_head
+from core.pipeline import encode_prompt
 from fakes import tiny_tokenizer
 
 METHODS = ["hf", "hf-pld", "baseline", "eagle2", "eagle2-head", "eagle2-chain", "lookup"]
@@ -146,7 +147,7 @@ def test_prompt_uses_chat_template_when_present():
     tok.chat_template = ("{% for m in messages %}<u>{{ m['content'] }}{% endfor %}"
                          "{% if add_generation_prompt %}<a>{% endif %}")
     assert tok.decode(encode_prompt(tok, "hello")) == "<u>hello<a>"
-    assert encode_prompt(tok, "hello", raw=True) == tok("hello").input_ids
+    assert encode_prompt(tok, "hello", "raw") == tok("hello").input_ids
 
 
 @pytest.mark.parametrize("extra", [

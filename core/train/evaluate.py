@@ -40,8 +40,6 @@ def measure(target: TargetModel, tok, drafter: EagleDrafter, questions: list[dic
             temperature: float, tree: TreeConfig, chain_depth: int = 5, prompt_mode: str = "raw") -> dict:
     """tau per category (tree), and chain n-alpha for n = 0..chain_depth-1. prompt_mode: 'raw' or 'chat' (one user
     turn of the tokenizer's template), as core.pipeline.encode_prompt."""
-    from core.pipeline import encode_prompt
-
     dec = Eagle2Decoder(target, drafter)
     chain = TreeConfig(total_tokens=chain_depth + 1, depth=chain_depth, top_k=1, lookup=0)
     per_cat: dict[str, list[tuple[int, int]]] = {}
