@@ -97,3 +97,40 @@ def test_reduced_vocabulary_maps_ids_both_ways():
     t2d = head.t2d()
     assert t2d.sum() == len(ids) and bool(t2d[ids].all())  # target -> in draft vocabulary
     assert torch.equal(torch.nonzero(t2d).flatten(), ids)
+
+
+def test_long_prompt_round_filters_the_pool(setup):
+    rows = read_pool(str(setup["prompts.jsonl"]), None, 100, 0, 0, min_prompt_chars=1)
+    assert len(rows) == 8
+    lengths = sorted(len(r["body"]) for r in rows)
+    cut = lengths[4]
+    kept = read_pool(str(setup["prompts.jsonl"]), None, 100, 0, 0, min_prompt_chars=cut)
+    assert kept and all(len(r["body"]) >= cut for r in kept)
+    assert len(kept) == sum(n >= cut for n in lengths)
+
+
+def test_second_round_trains_on_earlier_shards_from_the_first_head(setup, tmp_path):
+    first = tmp_path / "first"
+    assert main(args(setup, first, 1)) == 0
+    second = tmp_path / "second"
+    extra = ["--extra-shards", str(first / "shards"), "--init", str(first / "head"), "--max-len", "24"]
+    assert main(args(setup, second, 1) + ["--n-text", "0", "--n-prompts", "4"] + extra) == 0
+    card = json.loads((second / "head" / "training.json").read_text())
+    n_first = json.loads((first / "head" / "training.json").read_text())["data"]["sequences"]
+    assert card["data"]["extra_shards"] == {str(first / "shards"): n_first}
+    assert card["data"]["sequences"] == n_first + 4 and card["data"]["init"] == str(first / "head")
+    assert card["training"]["max_len"] == 24
+    log = (second / "train.log").read_text()
+    assert f"initialised from {first / 'head'}" in log and f"({n_first} from --extra-shards)" in log
+    # the second-round head keeps the first head's draft vocabulary and decodes losslessly
+    head = load_head(second / "head")
+    assert torch.equal(head.vocab_ids, load_head(first / "head").vocab_ids)
+    target = TargetModel(tiny_model("llama").eval())
+    cfg = DecodeConfig(40, tree=TreeConfig(8, 4, 3))
+    assert run(Eagle2Decoder(target, EagleDrafter(head, target)), PROMPT, cfg)[0] == run(
+        BaselineDecoder(target), PROMPT, cfg)[0]
+
+
+def test_extra_shards_must_exist(setup, tmp_path, capsys):
+    assert main(args(setup, tmp_path / "run", 1) + ["--extra-shards", str(tmp_path / "nothing")]) == 2
+    assert "--extra-shards" in capsys.readouterr().err

@@ -30,6 +30,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-prompt", type=int, default=320)
     p.add_argument("--new-tokens", type=int, default=160)
     p.add_argument("--max-text", type=int, default=768)
+    p.add_argument("--min-prompt-chars", type=int, default=0,
+                   help="use only prompts at least this long (a long-context data round)")
+    p.add_argument("--extra-shards", action="append", default=[], metavar="DIR",
+                   help="also train on the shards in DIR (e.g. an earlier round's OUT/shards); repeatable")
+    p.add_argument("--max-len", type=int, default=768, help="tokens per training sequence (longer ones are cut)")
     p.add_argument("--sample-share", type=float, default=0.3, help="share of batches sampled at T=1 (rest greedy)")
     p.add_argument("--chat", action="store_true", help="wrap prompts in the model's chat template")
     p.add_argument("--draft-vocab", type=int, default=16384, help="draft vocabulary size (0 = full)")
@@ -53,10 +58,12 @@ def check_args(a: argparse.Namespace) -> str | None:
     """Range checks before anything loads; the first problem as one line, else None."""
     import math
 
-    for name in ("n_prompts", "batch", "max_prompt", "new_tokens", "max_text", "tokens_per_batch", "ttt_steps"):
+    for name in ("n_prompts", "batch", "max_prompt", "new_tokens", "max_text", "tokens_per_batch", "ttt_steps",
+                 "max_len"):
         if getattr(a, name) < 1:
             return f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}"
-    for name in ("n_text", "max_shards", "draft_vocab", "eval_per_category", "eval_max_new", "seed"):
+    for name in ("n_text", "max_shards", "draft_vocab", "eval_per_category", "eval_max_new", "seed",
+                 "min_prompt_chars"):
         if getattr(a, name) < 0:
             return f"--{name.replace('_', '-')} must be >= 0, got {getattr(a, name)}"
     for name in ("epochs", "lr"):
@@ -65,6 +72,9 @@ def check_args(a: argparse.Namespace) -> str | None:
             return f"--{name.replace('_', '-')} must be a positive finite number, got {v}"
     if not math.isfinite(a.sample_share) or not 0.0 <= a.sample_share <= 1.0:
         return f"--sample-share must be in [0, 1], got {a.sample_share}"
+    for d in a.extra_shards:
+        if not list(Path(d).glob("shard_*.safetensors")):
+            return f"--extra-shards {d}: no shard_*.safetensors there"
     return None
 
 
@@ -93,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     target, tok = load_target(a.model, dtype=a.dtype)
     log(f"target {target.name} {target.dtype}")
-    rows = read_pool(a.prompts, a.text, a.n_prompts, a.n_text, a.seed)
+    rows = read_pool(a.prompts, a.text, a.n_prompts, a.n_text, a.seed, a.min_prompt_chars)
     if a.chat and tok.chat_template:
         for r in rows:
             if r["kind"] == "prompt":
@@ -110,6 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     seqs = load_shards(out / "shards")
     if a.max_shards:
         seqs = seqs[: a.max_shards * a.batch]
+    own, extra_counts = len(seqs), {}
+    for d in a.extra_shards:
+        more = load_shards(Path(d))
+        extra_counts[d] = len(more)
+        seqs += more
     if not seqs:
         print("error: no training shards", file=sys.stderr)
         return 2
@@ -118,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         pool = read_pool(a.prompts, a.text, 10**9, 10**9, a.seed)
         vocab_ids, coverage = draft_vocab(seqs, a.draft_vocab, target.vocab_size,
                                           token_counts(tok, pool, target.vocab_size))
-    log(f"{len(seqs)} sequences, draft vocab {a.draft_vocab or 'full'} covers {coverage:.4f} of tokens")
+    log(f"{len(seqs)} sequences ({len(seqs) - own} from --extra-shards), draft vocab {a.draft_vocab or 'full'} covers {coverage:.4f} of tokens")
     hc = HeadConfig.for_target(target.hidden_size, target.vocab_size, a.draft_vocab)
     head = init_head(hc, vocab_ids, seed=a.seed).float()
     if a.init:
@@ -131,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     w = target.lm_head_weight.detach()
     w_draft = w[head.vocab_ids] if a.draft_vocab else w
     cfg = FitConfig(epochs=a.epochs, lr=a.lr, ttt_steps=a.ttt_steps, tokens_per_batch=a.tokens_per_batch,
-                    p_weight=a.p_weight, seed=a.seed)
+                    p_weight=a.p_weight, seed=a.seed, max_len=a.max_len)
     summary = fit(head, target.embed, w_draft, seqs, cfg, out, log)
     head.trained = True
     head_dir = Path(a.head_out or out / "head")
@@ -151,11 +166,13 @@ def main(argv: list[str] | None = None) -> int:
         "model": target.name if a.model is None else a.model,
         "default_model": a.model in (None, DEFAULT_MODEL),
         "data": {"prompts_file": Path(a.prompts).name, "text_file": Path(a.text).name, "prompt_rows": n_prompt,
-                 "text_rows": len(used) - n_prompt, "sequences": len(seqs), "chat_template": bool(a.chat),
+                 "text_rows": len(used) - n_prompt, "min_prompt_chars": a.min_prompt_chars, "sequences": len(seqs),
+                 "extra_shards": extra_counts,
+                 "init": a.init, "chat_template": bool(a.chat),
                  "generation": {"max_prompt": a.max_prompt, "new_tokens": a.new_tokens,
                                 "sampled_share": a.sample_share}},
         "draft_vocab": {"size": a.draft_vocab or target.vocab_size, "token_coverage": round(coverage, 4)},
-        "training": {**summary, "lr": a.lr, "ttt_steps": a.ttt_steps, "tokens_per_batch": a.tokens_per_batch,
+        "training": {**summary, "lr": a.lr, "max_len": a.max_len, "ttt_steps": a.ttt_steps, "tokens_per_batch": a.tokens_per_batch,
                      "loss": f"smooth_l1(feature) + {a.p_weight} * soft CE (draft vocab), steps weighted 0.8^j"},
         "wall_seconds_this_run": round(time.time() - t0, 1),
         "hardware": {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),

@@ -19,8 +19,13 @@ from core.models import TargetModel
 EVAL_FILES = ("spec_bench_questions.jsonl", "mt_bench_questions.jsonl")
 
 
-def read_pool(prompts: str | None, text: str | None, n_prompts: int, n_text: int, seed: int) -> list[dict]:
-    """Rows {kind: 'prompt'|'text', id, body}, shuffled with a fixed seed. Evaluation files are refused."""
+def read_pool(prompts: str | None, text: str | None, n_prompts: int, n_text: int, seed: int,
+              min_prompt_chars: int = 0) -> list[dict]:
+    """Rows {kind: 'prompt'|'text', id, body}, shuffled with a fixed seed. Evaluation files are refused.
+
+    `min_prompt_chars` keeps only prompts at least that long (a second round of long-context data: passages and
+    documents followed by their instruction, which a short --max-prompt cuts off).
+    """
     rows: list[dict] = []
     for path, kind, key, n in ((prompts, "prompt", "prompt", n_prompts), (text, "text", "text", n_text)):
         if not path or n <= 0:
@@ -28,6 +33,8 @@ def read_pool(prompts: str | None, text: str | None, n_prompts: int, n_text: int
         if Path(path).name in EVAL_FILES:
             raise ValueError(f"{path} is an evaluation set; it must not be used for training")
         items = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+        if kind == "prompt" and min_prompt_chars:
+            items = [it for it in items if len(it[key]) >= min_prompt_chars]
         random.Random(seed).shuffle(items)
         rows += [{"kind": kind, "id": it.get("id", str(i)), "body": it[key]} for i, it in enumerate(items[:n])]
     random.Random(seed + 1).shuffle(rows)
