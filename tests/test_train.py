@@ -120,6 +120,7 @@ def test_second_round_trains_on_earlier_shards_from_the_first_head(setup, tmp_pa
     assert card["data"]["extra_shards"] == {str(first / "shards"): n_first}
     assert card["data"]["sequences"] == n_first + 4 and card["data"]["init"] == str(first / "head")
     assert card["training"]["max_len"] == 24
+    assert card["init_card"] == json.loads((first / "head" / "training.json").read_text())  # the whole recipe
     log = (second / "train.log").read_text()
     assert f"initialised from {first / 'head'}" in log and f"({n_first} from --extra-shards)" in log
     # the second-round head keeps the first head's draft vocabulary and decodes losslessly

@@ -184,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
                        "results": evals},
         "command": "python -m core.train " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
+    if a.init and (Path(a.init) / "training.json").exists():  # a later round carries the card of the one before
+        card["init_card"] = json.loads((Path(a.init) / "training.json").read_text())
     (head_dir / "training.json").write_text(json.dumps(card, indent=2) + "\n")
     log("done")
     print(json.dumps({"head": str(head_dir), "tau": [e["tau"] for e in evals]}))
