@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         pool = read_pool(a.prompts, a.text, 10**9, 10**9, a.seed)
         vocab_ids, coverage = draft_vocab(seqs, a.draft_vocab, target.vocab_size,
                                           token_counts(tok, pool, target.vocab_size))
-    log(f"{len(seqs)} sequences ({len(seqs) - own} from --extra-shards), draft vocab {a.draft_vocab or 'full'} covers {coverage:.4f} of tokens")
+    log(f"{len(seqs)} sequences ({len(seqs) - own} from --extra-shards), "
+        f"draft vocab {a.draft_vocab or 'full'} covers {coverage:.4f} of tokens")
     hc = HeadConfig.for_target(target.hidden_size, target.vocab_size, a.draft_vocab)
     head = init_head(hc, vocab_ids, seed=a.seed).float()
     if a.init:
@@ -172,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
                  "generation": {"max_prompt": a.max_prompt, "new_tokens": a.new_tokens,
                                 "sampled_share": a.sample_share}},
         "draft_vocab": {"size": a.draft_vocab or target.vocab_size, "token_coverage": round(coverage, 4)},
-        "training": {**summary, "lr": a.lr, "max_len": a.max_len, "ttt_steps": a.ttt_steps, "tokens_per_batch": a.tokens_per_batch,
+        "training": {**summary, "lr": a.lr, "max_len": a.max_len, "ttt_steps": a.ttt_steps,
+                     "tokens_per_batch": a.tokens_per_batch,
                      "loss": f"smooth_l1(feature) + {a.p_weight} * soft CE (draft vocab), steps weighted 0.8^j"},
         "wall_seconds_this_run": round(time.time() - t0, 1),
         "hardware": {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
