@@ -83,10 +83,25 @@ def page(browser, url):
 
 
 def set_max_new_tokens(page, n: int) -> None:
+    """Open Settings and type n into the slider's number box; return only once the slider's range input (bound to
+    the same component state that Run sends) shows n, so a click right after cannot race the update."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     page.click("#settings button, #settings .label-wrap")
     box = page.locator("#max-new-tokens input[type=number]")
-    box.fill(str(n))
-    box.press("Enter")
+    rng = page.locator("#max-new-tokens input[type=range]")
+    rng.wait_for(state="visible")
+    for _ in range(5):
+        box.fill(str(n))
+        box.press("Enter")
+        box.press("Tab")  # blur commits the typed value
+        try:
+            page.wait_for_function("([sel, v]) => document.querySelector(sel)?.value === v",
+                                   arg=["#max-new-tokens input[type=range]", str(n)], timeout=5_000)
+            return
+        except PlaywrightTimeout:
+            continue
+    raise AssertionError(f"max new tokens slider never showed {n}: {rng.input_value()}")
 
 
 def test_run_shows_coloured_tokens_tree_and_stats(page):
