@@ -51,15 +51,8 @@ class HeadConfig:
 
     def to_json(self) -> dict:
         """Llama-style config.json as SGLang/vLLM read EAGLE heads."""
-        d = {
-            "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-            "hidden_size": self.hidden_size, "intermediate_size": self.intermediate_size,
-            "num_attention_heads": self.num_attention_heads, "num_key_value_heads": self.num_key_value_heads,
-            "head_dim": self.hd, "num_hidden_layers": 1, "rms_norm_eps": self.rms_norm_eps,
-            "rope_theta": self.rope_theta, "max_position_embeddings": self.max_position_embeddings,
-            "vocab_size": self.vocab_size, "bias": self.bias, "qkv_bias": self.qkv_bias,
-            "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-        }
+        d = {"architectures": ["LlamaForCausalLM"], **llama_layer_json(self), "bias": self.bias,
+             "qkv_bias": self.qkv_bias}
         if self.draft_vocab_size:
             d["draft_vocab_size"] = self.draft_vocab_size
         d.update(self.extra)
@@ -67,15 +60,33 @@ class HeadConfig:
 
     @classmethod
     def from_json(cls, d: dict) -> "HeadConfig":
-        heads = d["num_attention_heads"]
-        return cls(
-            hidden_size=d["hidden_size"], intermediate_size=d["intermediate_size"], num_attention_heads=heads,
-            num_key_value_heads=d.get("num_key_value_heads") or heads, vocab_size=d["vocab_size"],
-            head_dim=d.get("head_dim") or d["hidden_size"] // heads, rms_norm_eps=d.get("rms_norm_eps", 1e-6),
-            rope_theta=float(d.get("rope_theta") or 10000.0), bias=bool(d.get("bias", True)),
-            qkv_bias=bool(d.get("qkv_bias", False)), draft_vocab_size=int(d.get("draft_vocab_size") or 0),
-            max_position_embeddings=int(d.get("max_position_embeddings") or 32768),
-        )
+        return cls(**llama_layer_fields(d), bias=bool(d.get("bias", True)), qkv_bias=bool(d.get("qkv_bias", False)),
+                   draft_vocab_size=int(d.get("draft_vocab_size") or 0))
+
+
+def llama_layer_json(c) -> dict:
+    """The one-Llama-layer keys every head config.json carries (EAGLE-1/2 and EAGLE-3 alike)."""
+    return {
+        "model_type": "llama", "hidden_act": "silu", "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size, "num_attention_heads": c.num_attention_heads,
+        "num_key_value_heads": c.num_key_value_heads, "head_dim": c.hd, "num_hidden_layers": 1,
+        "rms_norm_eps": c.rms_norm_eps, "rope_theta": c.rope_theta,
+        "max_position_embeddings": c.max_position_embeddings, "vocab_size": c.vocab_size,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    }
+
+
+def llama_layer_fields(d: dict) -> dict:
+    """Constructor arguments for the layer geometry shared by HeadConfig and Eagle3Config, read from config.json
+    with the defaults official checkpoints rely on when a key is absent."""
+    heads = d["num_attention_heads"]
+    return dict(
+        hidden_size=d["hidden_size"], intermediate_size=d["intermediate_size"], num_attention_heads=heads,
+        num_key_value_heads=d.get("num_key_value_heads") or heads, vocab_size=d["vocab_size"],
+        head_dim=d.get("head_dim") or d["hidden_size"] // heads, rms_norm_eps=d.get("rms_norm_eps", 1e-6),
+        rope_theta=float(d.get("rope_theta") or 10000.0),
+        max_position_embeddings=int(d.get("max_position_embeddings") or 32768),
+    )
 
 
 class RMSNorm(nn.Module):

@@ -44,7 +44,6 @@ class Eagle2Decoder:
             hidden, taps = tgt.forward(ids, cache, output_layers=dr.output_layers)  # (1, P, H); EAGLE-3 taps
             draft_in = hidden if taps is None else taps  # the features this head reads
             logits = tgt.logits(hidden[0, -1])
-            check_finite("target logits", row_max(logits)[0])  # NaN / +inf anywhere reaches the max
             root = next_token(logits, s, gen)
             t1 = now(tgt.device)
             if drafting:

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from core.draft_head import MLP, Attention, HeadConfig, RMSNorm
+from core.draft_head import MLP, Attention, HeadConfig, RMSNorm, llama_layer_fields, llama_layer_json
 
 
 @dataclass(frozen=True)
@@ -48,31 +48,16 @@ class Eagle3Config:
         return self.target_hidden_size or self.hidden_size
 
     def to_json(self) -> dict:
-        d = {
-            "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_act": "silu",
-            "hidden_size": self.hidden_size, "intermediate_size": self.intermediate_size,
-            "num_attention_heads": self.num_attention_heads, "num_key_value_heads": self.num_key_value_heads,
-            "head_dim": self.hd, "num_hidden_layers": 1, "rms_norm_eps": self.rms_norm_eps,
-            "rope_theta": self.rope_theta, "max_position_embeddings": self.max_position_embeddings,
-            "vocab_size": self.vocab_size, "draft_vocab_size": self.draft_vocab_size, "tie_word_embeddings": False,
-            "torch_dtype": "bfloat16",
-        }
+        d = {"architectures": ["LlamaForCausalLMEagle3"], **llama_layer_json(self),
+             "draft_vocab_size": self.draft_vocab_size}
         if self.target_hidden_size:
             d["target_hidden_size"] = self.target_hidden_size
         return d
 
     @classmethod
     def from_json(cls, d: dict) -> "Eagle3Config":
-        heads = d["num_attention_heads"]
-        return cls(
-            hidden_size=d["hidden_size"], intermediate_size=d["intermediate_size"], num_attention_heads=heads,
-            num_key_value_heads=d.get("num_key_value_heads") or heads, vocab_size=d["vocab_size"],
-            draft_vocab_size=int(d.get("draft_vocab_size") or d["vocab_size"]),
-            target_hidden_size=int(d.get("target_hidden_size") or 0),
-            head_dim=d.get("head_dim") or d["hidden_size"] // heads, rms_norm_eps=d.get("rms_norm_eps", 1e-6),
-            rope_theta=float(d.get("rope_theta") or 10000.0),
-            max_position_embeddings=int(d.get("max_position_embeddings") or 32768),
-        )
+        return cls(**llama_layer_fields(d), draft_vocab_size=int(d.get("draft_vocab_size") or d["vocab_size"]),
+                   target_hidden_size=int(d.get("target_hidden_size") or 0))
 
 
 class MidLayer(nn.Module):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from core.config import SamplingConfig
+from core.config import SamplingConfig, check_finite
 
 
 def target_probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
@@ -42,7 +42,12 @@ def row_max(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def next_token(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator) -> int:
-    """Greedy argmax at temperature 0, else a sample from the processed distribution. logits: (V,)"""
+    """Greedy argmax at temperature 0, else a sample from the processed distribution. logits: (V,)
+
+    Raises DecodeError on NaN / inf logits: the one max reduction that finds the greedy id also checks them.
+    """
+    best, greedy_id = row_max(logits)
+    check_finite("target logits", best)  # NaN / +inf anywhere reaches the max
     if cfg.greedy:
-        return int(row_max(logits)[1].item())
+        return int(greedy_id.item())
     return sample(target_probs(logits, cfg), generator)

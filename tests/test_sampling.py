@@ -17,7 +17,7 @@ import torch
 
 from conftest import run, tiny_head, tiny_target
 from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.config import DecodeConfig, DecodeError, SamplingConfig, TreeConfig
 from core.drafter import EagleDrafter
 from core.eagle import Eagle2Decoder
 from core.sampling import next_token, sample, target_probs
@@ -208,3 +208,9 @@ def test_context_lookup_sampling_matches_target_distribution(name):
     samples, accepted = draw(dec, name, RUNS_EAGLE, TreeConfig(1, 1, 1, lookup=3), prompt)
     assert accepted > RUNS_EAGLE // 2, "lookup proposals were rarely accepted: acceptance would not be exercised"
     check_matches(samples, name, prompt)
+
+
+@pytest.mark.parametrize("cfg", [SamplingConfig(), SamplingConfig(temperature=1.0)])
+def test_next_token_rejects_non_finite_logits(cfg):
+    with pytest.raises(DecodeError, match="NaN or inf"):
+        next_token(torch.tensor([0.0, float("nan"), 1.0]), cfg, torch.Generator())

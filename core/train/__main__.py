@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     seqs = load_shards(out / "shards")
     if a.max_shards:
         seqs = seqs[: a.max_shards * a.batch]
-    own, extra_counts = len(seqs), {}
+    extra_counts = {}
     for d in a.extra_shards:
         more = load_shards(Path(d))
         extra_counts[d] = len(more)
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         pool = read_pool(a.prompts, a.text, 10**9, 10**9, a.seed)
         vocab_ids, coverage = draft_vocab(seqs, a.draft_vocab, target.vocab_size,
                                           token_counts(tok, pool, target.vocab_size))
-    log(f"{len(seqs)} sequences ({len(seqs) - own} from --extra-shards), "
+    log(f"{len(seqs)} sequences ({sum(extra_counts.values())} from --extra-shards), "
         f"draft vocab {a.draft_vocab or 'full'} covers {coverage:.4f} of tokens")
     hc = HeadConfig.for_target(target.hidden_size, target.vocab_size, a.draft_vocab)
     head = init_head(hc, vocab_ids, seed=a.seed).float()
