@@ -32,7 +32,8 @@ from typing import Callable
 import torch
 
 from core.bench_report import (  # noqa: F401  (re-exported: the pure arithmetic lives there)
-    category_table, mean_tokens_per_s, pooled_tau, spec_bench_speedup, summarize_rows, summary_table, write_html,
+    acceptance_table, category_table, mean_tokens_per_s, pooled_tau, spec_bench_speedup, summarize_rows,
+    summary_table, write_html,
 )
 from core import pipeline
 from core.autotree import choose_tree
@@ -430,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     print(summary_table(result["summary"]))
     print()
     print(category_table(result["summary"]))
+    print()
+    print(acceptance_table(result["summary"]))
     return 0
 
 

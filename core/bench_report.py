@@ -4,7 +4,9 @@ Spec-Bench (arXiv 2401.07851, evaluation/speed.py): a prompt's speed = new token
 = its mean speed over the prompts / the reference's mean speed over the same prompts (ratio of means, NOT the mean of
 per-prompt ratios). tau = sum of new tokens / sum of target forward passes (bonus token included; plain decoding =
 1.00). Acceptance figures are pooled over every verify step of every prompt: accept_rate = accepted drafts / drafted
-tree tokens, depth_accept[d-1] = share of verify steps whose accepted path reached depth d (unconditional).
+tree tokens, depth_accept[d-1] = share of verify steps whose accepted path reached depth d (unconditional), and
+n_alpha[n] = P(path reaches depth n+1 | it reached depth n) (conditional; for `eagle2-chain`, a single chain of the
+head, this is EAGLE's n-alpha: acceptance with n self-predicted features in the head's input).
 
 A row is the dict `core.bench` writes to `per_prompt`: question_id, category, method, new_tokens, seconds,
 tokens_per_s, target_forwards (None when unknown), tau, identical_to_baseline (None when not compared), and for EAGLE
@@ -63,9 +65,11 @@ def acceptance(rows: Sequence[Row], method: str) -> dict:
             hist[j] += n
     steps = sum(hist)
     drafted = sum(r["drafted_tokens"] for r in sel)
+    reached = [sum(hist[d:]) for d in range(len(hist))]  # reached[d] = steps whose path reached depth d
     return {
         "accept_rate": sum(r["accepted_drafts"] for r in sel) / drafted if drafted else None,
-        "depth_accept": [sum(hist[d:]) / steps for d in range(1, len(hist))] if steps else [],
+        "depth_accept": [reached[d] / steps for d in range(1, len(hist))] if steps else [],
+        "n_alpha": [reached[n + 1] / reached[n] for n in range(len(hist) - 1) if reached[n]],
         "accept_hist": hist,
     }
 
@@ -132,6 +136,18 @@ def category_table(summary: dict) -> str:
         figs = [summary[m] if c == "overall" else summary[m]["per_category"][c] for m in methods]
         cells = [f"{_num(f[key], '.2f', 'x')} · {_num(f['tau'], '.2f')}" for f in figs]
         lines.append(f"| {c} | {figs[0]['n_prompts']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def acceptance_table(summary: dict, depths: int = 6) -> str:
+    """Markdown: per EAGLE method, pooled accept rate, depth acceptance and n-alpha for the first `depths` depths."""
+    lines = ["| method | accept rate | depth acceptance 1.. (unconditional) | n-α 0.. (conditional) |",
+             "|---|---|---|---|"]
+    for m, s in summary.items():
+        if "accept_hist" in s:
+            lines.append(f"| {m} | {_num(s['accept_rate'], '.3f')} | "
+                         + ", ".join(f"{x:.2f}" for x in s["depth_accept"][:depths]) + " | "
+                         + ", ".join(f"{x:.2f}" for x in s["n_alpha"][:depths]) + " |")
     return "\n".join(lines)
 
 

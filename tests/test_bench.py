@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from core.bench import main, rotation, select_questions, trim_at_eos
-from core.bench_report import category_table, pooled_tau, spec_bench_speedup, summarize_rows, summary_table
+from core.bench_report import acceptance_table, category_table, pooled_tau, spec_bench_speedup, summarize_rows, summary_table
 from core.draft_head import HeadConfig, init_head, save_head
 from core.pipeline import encode_prompt
 from fakes import tiny_tokenizer
@@ -95,7 +95,8 @@ def test_end_to_end_all_methods(stack, tmp_path, capsys):
         assert 0.0 <= s[m]["accept_rate"] <= 1.0 and isinstance(s[m]["depth_accept"], list)
     assert html.exists() and "plotly" in html.read_text()[:200_000].lower()
     assert "| method | tok/s | speedup vs hf | speedup vs baseline | τ | mismatches |" in captured.out
-    assert "| eagle2-chain |" in captured.out
+    assert "| eagle2-chain |" in captured.out and "| n-α 0.. (conditional) |" in captured.out
+    assert all(0.0 <= x <= 1.0 for x in s["eagle2-chain"]["n_alpha"])
 
 
 def test_sampled_run_with_auto_tree(stack, tmp_path, capsys):
@@ -127,6 +128,18 @@ def test_speedup_is_ratio_of_mean_speeds():
     assert s["eagle2"]["speedup_vs_baseline"] is None and s["eagle2"]["mismatches"] is None
     assert s["eagle2"]["per_category"]["rag"]["speedup_vs_hf"] == pytest.approx(1.0)
     assert "1.27x" in summary_table(s) and "| overall | 2 |" in category_table(s)
+
+
+def test_acceptance_pools_steps_and_conditions_per_depth():
+    # 10 verify steps over two prompts: accepted drafts 0 x4, 1 x2, 2 x3, 3 x1
+    rows = [{**_row(1, "eagle2-chain", 10.0), "accept_hist": [3, 1, 2, 0], "accepted_drafts": 5, "drafted_tokens": 24},
+            {**_row(2, "eagle2-chain", 10.0), "accept_hist": [1, 1, 1, 1], "accepted_drafts": 6, "drafted_tokens": 16}]
+    a = summarize_rows(rows)["eagle2-chain"]
+    assert a["accept_hist"] == [4, 2, 3, 1] and a["accept_rate"] == pytest.approx(11 / 40)
+    assert a["depth_accept"] == pytest.approx([6 / 10, 4 / 10, 1 / 10])  # reached depth 1, 2, 3
+    assert a["n_alpha"] == pytest.approx([6 / 10, 4 / 6, 1 / 4])  # depth n+1 given depth n
+    table = acceptance_table({"eagle2-chain": a, "hf": {"tau": 1.0}})
+    assert "| eagle2-chain | 0.275 | 0.60, 0.40, 0.10 | 0.60, 0.67, 0.25 |" in table and "| hf |" not in table
 
 
 def test_pure_helpers():
