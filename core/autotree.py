@@ -1,10 +1,14 @@
-"""`auto` tree size: the measured verify cost of this target on this hardware, combined with observed acceptance.
+"""`auto` tree: the measured verify cost of this target on this hardware, combined with observed acceptance.
 
 EAGLE-2 ranks draft nodes by cumulative draft probability, which is calibrated (arXiv 2406.16858 §3.2): the
 expected number of accepted drafts of a tree is close to the sum of exp(score) over its nodes. One calibration run
-with a large tree records the ranked node scores per step; the best `total_tokens` N maximises
-    (1 + c * E[sum of the top N-1 exp(scores)]) / (draft time + verify time(N)),
-where c rescales predicted to observed acceptance and verify time(N) is timed on this machine.
+with a large, deep tree records every step's node scores and depths; a tree of depth d' and N nodes is the same pool
+cut at level d' and reranked, so for every (N, d') the planner (`plan_tree`, pure) predicts
+    tokens per step = 1 + c * E[sum of the top N-1 exp(scores) among nodes of depth <= d'] (+ lookup's tokens)
+    ms per step     = draft ms * d'/depth + verify ms(N + lookup nodes)
+and keeps the fastest tokens/ms. c rescales predicted to observed acceptance; verify ms(N) is timed on this machine;
+context lookup stays on only when the tokens it was seen to add pay for the verify width it costs (at T=1 sampled
+text rarely repeats: it costs ~10 verify tokens for nothing, while at T=0 it is most of the gain).
 """
 from __future__ import annotations
 
@@ -29,9 +33,21 @@ SIZES = (2, 4, 8, 12, 16, 24, 32, 48, 64)
 class AutoTreeReport:
     chosen: TreeConfig
     verify_ms: dict[int, float]  # tree tokens -> verify forward + LM head, ms
-    expected_tokens: dict[int, float]  # tree tokens -> predicted tokens per step
-    draft_ms: float
+    expected_tokens: dict[int, float]  # tree tokens -> predicted tokens per step at the chosen depth, lookup included
+    draft_ms: float  # per step at the chosen depth
     calibration: float
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What one calibration generation with a large tree saw, per verify step (head nodes only, root excluded)."""
+
+    nodes: tuple[tuple[tuple[float, int], ...], ...]  # per step: (exp(score), depth) of every head node
+    head_accepted: float  # mean accepted head nodes per step
+    lookup_accepted: float  # mean accepted lookup nodes per step (0 when lookup was off)
+    lookup_nodes: float  # mean lookup nodes grafted per step (extra verify width)
+    draft_ms: float  # median draft ms per step at `depth`
+    depth: int
 
 
 def verify_profile(target: TargetModel, sizes=SIZES, prefix: int = 64, rounds: int = 5,
@@ -64,27 +80,67 @@ def verify_profile(target: TargetModel, sizes=SIZES, prefix: int = 64, rounds: i
     return {n: best[n] * 1e3 for n in sizes}
 
 
-def choose_tree(decoder: Eagle2Decoder, prompt_ids: list[int], depth: int = 6, top_k: int = 8,
-                max_new_tokens: int = 64, sizes=SIZES, sampling: SamplingConfig | None = None) -> AutoTreeReport:
-    """Pick total_tokens for (depth, top_k) from one calibration generation and a verify-latency profile.
-
-    `sampling` is the run's own (acceptance at T=1 is far below greedy's, so a greedy calibration would oversize
-    a sampled run's tree); greedy when None.
-    """
-    big = TreeConfig(total_tokens=max(sizes), depth=depth, top_k=top_k, lookup=0)  # calibrate the head alone
-    cfg = DecodeConfig(max_new_tokens, sampling or SamplingConfig(), tree=big)
-    steps = [e for e in decoder.generate(prompt_ids, cfg) if e.tree]
-    prof = verify_profile(decoder.target, sizes)
+def calibrate(decoder: Eagle2Decoder, prompt_ids: list[int], tree_cfg: TreeConfig, max_new_tokens: int,
+              sampling: SamplingConfig) -> Calibration:
+    """Run one generation with `tree_cfg` and record what the planner needs."""
+    steps = [e for e in decoder.generate(prompt_ids, DecodeConfig(max_new_tokens, sampling, tree=tree_cfg)) if e.tree]
     if not steps:
-        return AutoTreeReport(TreeConfig(depth=depth, top_k=top_k), prof, {}, 0.0, 1.0)
-    ranked = [sorted((math.exp(n.score) for n in e.tree if n.node_id), reverse=True) for e in steps]
-    predicted = sum(sum(r) for r in ranked) / len(steps)
-    observed = sum(e.accepted_drafts for e in steps) / len(steps)
-    c = observed / predicted if predicted > 0 else 1.0
-    draft_ms = statistics.median(e.draft_ms for e in steps)  # median: a burst of load must not set the draft cost
-    expected = {n: 1.0 + c * sum(sum(r[: n - 1]) for r in ranked) / len(steps) for n in sizes}
-    if observed == 0:  # nothing accepted (e.g. an untrained head): drafting cannot pay, verify the least
-        best = min(sizes)
-    else:
-        best = max(sizes, key=lambda n: expected[n] / (draft_ms + prof[n]))
-    return AutoTreeReport(TreeConfig(total_tokens=best, depth=depth, top_k=top_k), prof, expected, draft_ms, c)
+        return Calibration((), 0.0, 0.0, 0.0, 0.0, tree_cfg.depth)
+    on_path = [[e.tree[i].source for i in e.accepted_path[1:]] for e in steps]
+    return Calibration(
+        nodes=tuple(tuple((math.exp(n.score), n.depth) for n in e.tree if n.source == "head") for e in steps),
+        head_accepted=sum(p.count("head") for p in on_path) / len(steps),
+        lookup_accepted=sum(p.count("lookup") for p in on_path) / len(steps),
+        lookup_nodes=sum(sum(n.source == "lookup" for n in e.tree) for e in steps) / len(steps),
+        draft_ms=statistics.median(e.draft_ms for e in steps),  # median: a burst of load must not set the cost
+        depth=tree_cfg.depth,
+    )
+
+
+def interpolate(profile: dict[int, float], n: float) -> float:
+    """Verify ms at n tokens, linear between measured sizes (clamped to the measured range)."""
+    xs = sorted(profile)
+    if n <= xs[0]:
+        return profile[xs[0]]
+    for a, b in zip(xs, xs[1:]):
+        if n <= b:
+            return profile[a] + (profile[b] - profile[a]) * (n - a) / (b - a)
+    return profile[xs[-1]]
+
+
+def plan_tree(cal: Calibration, profile: dict[int, float], top_k: int, lookup: int) -> AutoTreeReport:
+    """Pure: the (total_tokens, depth, lookup on/off) that maximises predicted tokens per ms."""
+    sizes = sorted(profile)
+    # verifying fewer tokens never costs more: each size costs at most what any larger size measured (timing noise)
+    profile = {n: min(profile[m] for m in sizes if m >= n) for n in sizes}
+    if not cal.nodes:  # the calibration ended before a verify step: nothing to plan from
+        return AutoTreeReport(TreeConfig(depth=cal.depth, top_k=top_k, lookup=lookup), profile, {}, 0.0, 1.0)
+    predicted = sum(sum(v for v, _ in step) for step in cal.nodes) / len(cal.nodes)
+    c = cal.head_accepted / predicted if predicted > 0 else 0.0  # an untrained head: c = 0, the smallest tree wins
+    best, best_rate, best_expected, best_draft = None, -1.0, {}, 0.0
+    for d in range(1, cal.depth + 1):
+        ranked = [sorted((v for v, depth in step if depth <= d), reverse=True) for step in cal.nodes]
+        pool = top_k + (d - 1) * top_k * top_k  # candidates a depth-d grow offers
+        draft = cal.draft_ms * d / cal.depth
+        for use_lookup in ((False, True) if lookup and cal.lookup_nodes else (False,)):
+            extra_tokens = cal.lookup_accepted if use_lookup else 0.0
+            extra_nodes = cal.lookup_nodes if use_lookup else 0.0
+            expected = {n: 1.0 + extra_tokens + c * sum(sum(r[: n - 1]) for r in ranked) / len(ranked)
+                        for n in sizes if n - 1 <= pool}
+            for n, e in expected.items():
+                rate = e / (draft + interpolate(profile, n + extra_nodes))
+                if rate > best_rate:
+                    chosen = TreeConfig(total_tokens=n, depth=d, top_k=top_k, lookup=lookup if use_lookup else 0)
+                    best, best_rate, best_expected, best_draft = chosen, rate, expected, draft
+    return AutoTreeReport(best, profile, best_expected, best_draft, c)
+
+
+def choose_tree(decoder: Eagle2Decoder, prompt_ids: list[int], depth: int = 6, top_k: int = 8,
+                max_new_tokens: int = 64, sizes=SIZES, sampling: SamplingConfig | None = None,
+                lookup: int = TreeConfig().lookup) -> AutoTreeReport:
+    """Pick total_tokens, depth (<= `depth`) and whether context lookup pays, from one calibration generation at
+    the run's own `sampling` (greedy when None; acceptance at T=1 is far below greedy's, so a greedy calibration
+    would oversize a sampled run's tree) and a verify-latency profile of this machine."""
+    big = TreeConfig(total_tokens=max(sizes), depth=depth, top_k=top_k, lookup=lookup)
+    cal = calibrate(decoder, prompt_ids, big, max_new_tokens, sampling or SamplingConfig())
+    return plan_tree(cal, verify_profile(decoder.target, sizes), top_k, lookup)

@@ -13,9 +13,10 @@ a CUDA synchronize) around the whole call, i.e. around consuming our decoders' g
 Speedup = ratio of mean tokens/s (core.bench_report); tau = sum of new tokens / sum of target forwards, counted for
 generate() with a forward hook. At temperature 0 each method's tokens are compared with `baseline`'s.
 
-Our methods: eagle2 = the head's dynamic tree plus the context-lookup chain (the default engine); eagle2-head = the
-same tree without lookup (the head alone); eagle2-chain = the head as a single chain (top_k 1, no lookup); lookup =
-the lookup chain alone, no head (our engine's prompt lookup, next to transformers' hf-pld).
+Our methods: eagle2 = the engine as configured: the head's dynamic tree plus the context-lookup chain, or what
+`--tree auto` chose; eagle2-head = the same tree without lookup (the head alone); eagle2-chain = the head as a single
+chain (top_k 1, no lookup, depth 6 or the tree's if deeper); lookup = the lookup chain alone, no head (our engine's
+prompt lookup, next to transformers' hf-pld).
 """
 from __future__ import annotations
 
@@ -173,7 +174,8 @@ def resolve_tree(given: TreeConfig | None, eagle, prompt_ids: list[int],
         return given, {"source": "given"}
     report = choose_tree(eagle, prompt_ids, sampling=sampling)  # calibrates on the first prompt (the warm-up one)
     return report.chosen, {"source": "auto: core.autotree.choose_tree on the first prompt, at the run's sampling",
-                           "verify_ms": report.verify_ms, "expected_tokens": report.expected_tokens}
+                           "verify_ms": report.verify_ms, "expected_tokens": report.expected_tokens,
+                           "draft_ms": report.draft_ms, "calibration": report.calibration}
 
 
 # ------------------------------------------------------------------------------------------------ runners
@@ -258,11 +260,17 @@ def core_runner(decoder, cfg: DecodeConfig) -> tuple[Runner, Digest]:
     return run, digest
 
 
+def chain_tree(tree: TreeConfig) -> TreeConfig:
+    """`eagle2-chain`: the head as one chain (top-k 1, no lookup), at least as deep as the engine default so n-alpha
+    is measured to depth 5 even when `auto` chose a shallow tree."""
+    depth = max(tree.depth, TreeConfig().depth)
+    return TreeConfig(total_tokens=depth + 1, depth=depth, top_k=1, lookup=0)
+
+
 def make_runners(plan: Plan, target, tok, baseline, eagle, tree: TreeConfig) -> dict[str, tuple[Runner, Digest]]:
     """Method name -> (timed runner, digest)."""
     cfg = DecodeConfig(plan.decode.max_new_tokens, plan.decode.sampling, tree)
-    chain = TreeConfig(total_tokens=tree.depth + 1, depth=tree.depth, top_k=1, lookup=0)
-    variant = {"eagle2-head": replace(tree, lookup=0), "eagle2-chain": chain,
+    variant = {"eagle2-head": replace(tree, lookup=0), "eagle2-chain": chain_tree(tree),
                "lookup": TreeConfig(total_tokens=1, depth=1, top_k=1, lookup=PLD_TOKENS)}
     table = {
         "hf": lambda: hf_runner(target, hf_generation_config(target, tok, cfg, False), cfg.sampling.greedy),
@@ -339,7 +347,7 @@ def machine_config(a: argparse.Namespace, plan: Plan, target, tree: TreeConfig, 
     """The `config` block of the JSON: machine, software, model and protocol settings."""
     import transformers
 
-    chain = TreeConfig(total_tokens=tree.depth + 1, depth=tree.depth, top_k=1, lookup=0)
+    chain = chain_tree(tree)
     return {
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                     "cpu_count": os.cpu_count()},

@@ -1,14 +1,24 @@
-"""core/autotree.py: the `auto` tree calibrates acceptance at the run's own sampling settings, and its verify-cost
-profile is not thrown off by other work on the machine."""
+"""core/autotree.py: the `auto` tree calibrates acceptance at the run's own sampling settings, plans size, depth and
+context lookup from what it saw (pure), and its verify-cost profile is not thrown off by other work on the machine."""
 from __future__ import annotations
 
 import pytest
 
 from conftest import PROMPT, OracleDrafter, run, tiny_head, tiny_target
-from core.autotree import choose_tree, verify_profile
+from core.autotree import Calibration, calibrate, choose_tree, interpolate, plan_tree, verify_profile
 from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, SamplingConfig
+from core.config import DecodeConfig, SamplingConfig, TreeConfig
 from core.eagle import Eagle2Decoder
+
+PROFILE = {2: 70.0, 4: 71.0, 8: 72.0, 16: 75.0, 32: 90.0, 64: 130.0}  # ms per verify, the shape of a 2-core CPU
+
+
+def cal(per_depth: list[float], head_accepted: float, draft_ms: float = 30.0, lookup_accepted: float = 0.0,
+        lookup_nodes: float = 0.0, steps: int = 4) -> Calibration:
+    """Every step: one node per depth with exp(score) per_depth[d-1], plus 7 siblings per depth at 1 % each."""
+    nodes = tuple((v, d + 1) for d, v in enumerate(per_depth)) + tuple((0.01, d + 1) for d in range(len(per_depth))
+                                                                         for _ in range(7))
+    return Calibration((nodes,) * steps, head_accepted, lookup_accepted, lookup_nodes, draft_ms, len(per_depth))
 
 
 def test_sampled_calibration_sees_lower_acceptance_than_greedy():
@@ -16,13 +26,50 @@ def test_sampled_calibration_sees_lower_acceptance_than_greedy():
     tgt = tiny_target("llama")
     ref, _ = run(BaselineDecoder(tgt), PROMPT, DecodeConfig(max_new_tokens=80))
     dec = Eagle2Decoder(tgt, OracleDrafter(tiny_head(tgt), tgt, PROMPT + ref, seed=1))
+    big = TreeConfig(total_tokens=16, depth=4, top_k=3, lookup=0)
+    greedy = calibrate(dec, PROMPT, big, 40, SamplingConfig())
+    sampled = calibrate(dec, PROMPT, big, 40, SamplingConfig(temperature=1.0, seed=3))
+    assert sampled.head_accepted < greedy.head_accepted
+    assert all(1 <= d <= 4 for step in greedy.nodes for _, d in step) and greedy.depth == 4
     sizes = (2, 8, 16)
-    greedy = choose_tree(dec, PROMPT, depth=4, top_k=3, max_new_tokens=40, sizes=sizes)
-    sampled = choose_tree(dec, PROMPT, depth=4, top_k=3, max_new_tokens=40, sizes=sizes,
-                          sampling=SamplingConfig(temperature=1.0, seed=3))
-    assert set(greedy.verify_ms) == set(sizes) and greedy.chosen.total_tokens in sizes
-    assert sampled.expected_tokens[16] < greedy.expected_tokens[16]
-    assert greedy.chosen.lookup == sampled.chosen.lookup  # the engine default rides along; only the head is sized
+    report = choose_tree(dec, PROMPT, depth=4, top_k=3, max_new_tokens=40, sizes=sizes)
+    assert set(report.verify_ms) == set(sizes) and report.chosen.total_tokens in sizes
+    assert 1 <= report.chosen.depth <= 4 and report.chosen.top_k == 3 and report.chosen.lookup in (0, 10)
+
+
+def test_plan_goes_shallow_when_deep_drafts_are_never_accepted():
+    """T=1-like: the first level is accepted 40 % of the time, deeper levels almost never; six draft levels cost
+    30 ms. Planning keeps depth 1: the five extra passes would cost 25 ms for ~0.02 tokens."""
+    r = plan_tree(cal([0.45, 0.02, 0.005, 0.001, 0.001, 0.001], head_accepted=0.4), PROFILE, top_k=8, lookup=0)
+    assert r.chosen.depth == 1 and r.chosen.lookup == 0
+    assert r.draft_ms == pytest.approx(5.0)
+
+
+def test_plan_goes_deep_when_the_chain_is_confident():
+    scores = [0.9 ** d for d in range(1, 7)]
+    r = plan_tree(cal(scores, head_accepted=sum(scores), draft_ms=12.0), PROFILE, top_k=8, lookup=0)
+    assert r.chosen.depth == 6 and r.chosen.total_tokens >= 8
+    assert r.expected_tokens[r.chosen.total_tokens] > 4.0
+
+
+@pytest.mark.parametrize("lookup_accepted, kept", [(3.0, True), (0.0, False)])
+def test_plan_keeps_lookup_only_when_it_pays(lookup_accepted, kept):
+    """Ten grafted lookup nodes widen the verify; they stay only if they were seen to add tokens."""
+    c = cal([0.6, 0.3, 0.1, 0.05, 0.02, 0.01], head_accepted=0.9, lookup_accepted=lookup_accepted, lookup_nodes=10)
+    r = plan_tree(c, PROFILE, top_k=8, lookup=10)
+    assert (r.chosen.lookup == 10) is kept
+
+
+def test_untrained_head_verifies_the_least_despite_timing_noise():
+    """Nothing accepted: the smallest tree wins, even when a larger size happened to time faster."""
+    noisy = {**PROFILE, 8: 65.0}
+    r = plan_tree(cal([0.3] * 6, head_accepted=0.0), noisy, top_k=8, lookup=0)
+    assert (r.chosen.total_tokens, r.chosen.depth) == (2, 1) and r.calibration == 0.0
+
+
+def test_interpolate_between_measured_sizes():
+    assert interpolate(PROFILE, 12) == pytest.approx(73.5)
+    assert interpolate(PROFILE, 1) == 70.0 and interpolate(PROFILE, 100) == 130.0
 
 
 def test_verify_profile_survives_a_burst_of_load():
