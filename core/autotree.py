@@ -6,9 +6,11 @@ with a large, deep tree records every step's node scores and depths; a tree of d
 cut at level d' and reranked, so for every (N, d') the planner (`plan_tree`, pure) predicts
     tokens per step = 1 + c * E[sum of the top N-1 exp(scores) among nodes of depth <= d'] (+ lookup's tokens)
     ms per step     = draft ms * d'/depth + verify ms(N + lookup nodes)
-and keeps the fastest tokens/ms. c rescales predicted to observed acceptance; verify ms(N) is timed on this machine;
-context lookup stays on only when the tokens it was seen to add pay for the verify width it costs (at T=1 sampled
-text rarely repeats: it costs ~10 verify tokens for nothing, while at T=0 it is most of the gain).
+and keeps the fastest tokens/ms. c rescales predicted to observed acceptance; verify ms(N) is timed on this machine.
+Context lookup is planned only for sampled runs, where it stays on only when the tokens it was seen to add pay for the
+verify width it costs (at T=1 sampled text rarely repeats: over 12 Spec-Bench prompts it added 0.01 tokens a step).
+Greedy runs keep it as configured: small models loop and copy later in a generation than one short calibration sees
+(on the first Spec-Bench prompt it added 0.05 tokens a step over 128 tokens; over 30 prompts, 2.4).
 """
 from __future__ import annotations
 
@@ -108,8 +110,10 @@ def interpolate(profile: dict[int, float], n: float) -> float:
     return profile[xs[-1]]
 
 
-def plan_tree(cal: Calibration, profile: dict[int, float], top_k: int, lookup: int) -> AutoTreeReport:
-    """Pure: the (total_tokens, depth, lookup on/off) that maximises predicted tokens per ms."""
+def plan_tree(cal: Calibration, profile: dict[int, float], top_k: int, lookup: int,
+              plan_lookup: bool = True) -> AutoTreeReport:
+    """Pure: the (total_tokens, depth, lookup on/off) that maximises predicted tokens per ms; with plan_lookup
+    False, lookup stays at `lookup` and only size and depth are planned."""
     sizes = sorted(profile)
     # verifying fewer tokens never costs more: each size costs at most what any larger size measured (timing noise)
     profile = {n: min(profile[m] for m in sizes if m >= n) for n in sizes}
@@ -122,7 +126,11 @@ def plan_tree(cal: Calibration, profile: dict[int, float], top_k: int, lookup: i
         ranked = [sorted((v for v, depth in step if depth <= d), reverse=True) for step in cal.nodes]
         pool = top_k + (d - 1) * top_k * top_k  # candidates a depth-d grow offers
         draft = cal.draft_ms * d / cal.depth
-        for use_lookup in ((False, True) if lookup and cal.lookup_nodes else (False,)):
+        if not plan_lookup:
+            options = (bool(lookup),)
+        else:
+            options = (False, True) if lookup and cal.lookup_nodes else (False,)
+        for use_lookup in options:
             extra_tokens = cal.lookup_accepted if use_lookup else 0.0
             extra_nodes = cal.lookup_nodes if use_lookup else 0.0
             expected = {n: 1.0 + extra_tokens + c * sum(sum(r[: n - 1]) for r in ranked) / len(ranked)
@@ -138,9 +146,10 @@ def plan_tree(cal: Calibration, profile: dict[int, float], top_k: int, lookup: i
 def choose_tree(decoder: Eagle2Decoder, prompt_ids: list[int], depth: int = 6, top_k: int = 8,
                 max_new_tokens: int = 64, sizes=SIZES, sampling: SamplingConfig | None = None,
                 lookup: int = TreeConfig().lookup) -> AutoTreeReport:
-    """Pick total_tokens, depth (<= `depth`) and whether context lookup pays, from one calibration generation at
-    the run's own `sampling` (greedy when None; acceptance at T=1 is far below greedy's, so a greedy calibration
-    would oversize a sampled run's tree) and a verify-latency profile of this machine."""
+    """Pick total_tokens, depth (<= `depth`) and, when sampling, whether context lookup pays, from one calibration
+    generation at the run's own `sampling` (greedy when None; acceptance at T=1 is far below greedy's, so a greedy
+    calibration would oversize a sampled run's tree) and a verify-latency profile of this machine."""
+    sampling = sampling or SamplingConfig()
     big = TreeConfig(total_tokens=max(sizes), depth=depth, top_k=top_k, lookup=lookup)
-    cal = calibrate(decoder, prompt_ids, big, max_new_tokens, sampling or SamplingConfig())
-    return plan_tree(cal, verify_profile(decoder.target, sizes), top_k, lookup)
+    cal = calibrate(decoder, prompt_ids, big, max_new_tokens, sampling)
+    return plan_tree(cal, verify_profile(decoder.target, sizes), top_k, lookup, plan_lookup=not sampling.greedy)

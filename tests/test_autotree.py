@@ -34,7 +34,8 @@ def test_sampled_calibration_sees_lower_acceptance_than_greedy():
     sizes = (2, 8, 16)
     report = choose_tree(dec, PROMPT, depth=4, top_k=3, max_new_tokens=40, sizes=sizes)
     assert set(report.verify_ms) == set(sizes) and report.chosen.total_tokens in sizes
-    assert 1 <= report.chosen.depth <= 4 and report.chosen.top_k == 3 and report.chosen.lookup in (0, 10)
+    assert 1 <= report.chosen.depth <= 4 and report.chosen.top_k == 3
+    assert report.chosen.lookup == 10  # greedy keeps the configured lookup
 
 
 def test_plan_goes_shallow_when_deep_drafts_are_never_accepted():
@@ -58,6 +59,13 @@ def test_plan_keeps_lookup_only_when_it_pays(lookup_accepted, kept):
     c = cal([0.6, 0.3, 0.1, 0.05, 0.02, 0.01], head_accepted=0.9, lookup_accepted=lookup_accepted, lookup_nodes=10)
     r = plan_tree(c, PROFILE, top_k=8, lookup=10)
     assert (r.chosen.lookup == 10) is kept
+
+
+def test_greedy_plan_keeps_the_configured_lookup():
+    """A greedy run keeps lookup even when the short calibration saw it add nothing (copying comes later)."""
+    c = cal([0.6, 0.3, 0.1, 0.05, 0.02, 0.01], head_accepted=0.9, lookup_accepted=0.0, lookup_nodes=10)
+    assert plan_tree(c, PROFILE, top_k=8, lookup=10, plan_lookup=False).chosen.lookup == 10
+    assert plan_tree(c, PROFILE, top_k=8, lookup=0, plan_lookup=False).chosen.lookup == 0
 
 
 def test_untrained_head_verifies_the_least_despite_timing_noise():
