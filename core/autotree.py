@@ -116,7 +116,7 @@ def plan_tree(cal: Calibration, profile: dict[int, float], top_k: int, lookup: i
     False, lookup stays at `lookup` and only size and depth are planned."""
     sizes = sorted(profile)
     # verifying fewer tokens never costs more: each size costs at most what any larger size measured (timing noise)
-    profile = {n: min(profile[m] for m in sizes if m >= n) for n in sizes}
+    cost = {n: min(profile[m] for m in sizes if m >= n) for n in sizes}
     if not cal.nodes:  # the calibration ended before a verify step: nothing to plan from
         return AutoTreeReport(TreeConfig(depth=cal.depth, top_k=top_k, lookup=lookup), profile, {}, 0.0, 1.0)
     predicted = sum(sum(v for v, _ in step) for step in cal.nodes) / len(cal.nodes)
@@ -136,7 +136,7 @@ def plan_tree(cal: Calibration, profile: dict[int, float], top_k: int, lookup: i
             expected = {n: 1.0 + extra_tokens + c * sum(sum(r[: n - 1]) for r in ranked) / len(ranked)
                         for n in sizes if n - 1 <= pool}
             for n, e in expected.items():
-                rate = e / (draft + interpolate(profile, n + extra_nodes))
+                rate = e / (draft + interpolate(cost, n + extra_nodes))
                 if rate > best_rate:
                     chosen = TreeConfig(total_tokens=n, depth=d, top_k=top_k, lookup=lookup if use_lookup else 0)
                     best, best_rate, best_expected, best_draft = chosen, rate, expected, draft
