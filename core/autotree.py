@@ -126,15 +126,15 @@ def plan_tree(cal: Calibration, profile: dict[int, float], top_k: int, lookup: i
         ranked = [sorted((v for v, depth in step if depth <= d), reverse=True) for step in cal.nodes]
         pool = top_k + (d - 1) * top_k * top_k  # candidates a depth-d grow offers
         draft = cal.draft_ms * d / cal.depth
-        if not plan_lookup:
-            options = (bool(lookup),)
-        else:
+        head = {n: c * sum(sum(r[: n - 1]) for r in ranked) / len(ranked) for n in sizes if n - 1 <= pool}
+        if plan_lookup:
             options = (False, True) if lookup and cal.lookup_nodes else (False,)
+        else:
+            options = (lookup > 0,)
         for use_lookup in options:
             extra_tokens = cal.lookup_accepted if use_lookup else 0.0
             extra_nodes = cal.lookup_nodes if use_lookup else 0.0
-            expected = {n: 1.0 + extra_tokens + c * sum(sum(r[: n - 1]) for r in ranked) / len(ranked)
-                        for n in sizes if n - 1 <= pool}
+            expected = {n: 1.0 + extra_tokens + h for n, h in head.items()}
             for n, e in expected.items():
                 rate = e / (draft + interpolate(cost, n + extra_nodes))
                 if rate > best_rate:

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from core.bench import main, rotation, select_questions, trim_at_eos
-from core.bench_report import acceptance_table, category_table, pooled_tau, spec_bench_speedup, summarize_rows, summary_table
+from core.bench_report import (
+    acceptance_table, category_table, pooled_tau, spec_bench_speedup, summarize_rows, summary_table,
+)
 from core.draft_head import HeadConfig, init_head, save_head
 from core.pipeline import encode_prompt
 from fakes import tiny_tokenizer
