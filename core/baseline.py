@@ -12,7 +12,7 @@ from core import kv_cache
 from core.config import DecodeConfig
 from core.events import StepEvent
 from core.models import TargetModel
-from core.sampling import next_token
+from core.sampling import new_generator, next_token
 from core.timing import now
 
 
@@ -28,7 +28,7 @@ class BaselineDecoder:
     ) -> Iterator[StepEvent]:
         """Yield one event per generated token until EOS, max_new_tokens, or should_stop()."""
         tgt = self.target
-        gen = torch.Generator().manual_seed(cfg.sampling.seed)
+        gen = new_generator(cfg.sampling.seed)  # CPU uniforms: the same seeded tokens on any device
         cache = tgt.new_cache()
         ids = torch.tensor([prompt_ids], device=tgt.device)  # (1, P)
         try:

@@ -26,6 +26,9 @@ def check_finite(what: str, values) -> None:
         raise DecodeError(f"{what} contain NaN or inf; this request was stopped (broken model or head weights?)")
 
 
+MIN_TEMPERATURE = 1e-3  # below this, logits / T overflow float32 (T ~ 1e-37 turns every probability into NaN)
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     temperature: float = 0.0  # 0 = greedy (argmax); > 0 samples from the processed target distribution
@@ -35,6 +38,8 @@ class SamplingConfig:
 
     def __post_init__(self) -> None:
         _check_number("temperature", self.temperature, 0.0, 10.0)
+        if 0.0 < self.temperature < MIN_TEMPERATURE:
+            raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got {self.temperature:g}")
         _check_number("top_p", self.top_p, 0.0, 1.0, low_open=True)
         _check_int("top_k (sampling)", self.top_k, 0, 1_000_000)
         _check_int("seed", self.seed, 0, 2**63 - 1)

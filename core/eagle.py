@@ -16,7 +16,7 @@ from core.drafter import EagleDrafter
 from core.lookup import context_draft
 from core.events import StepEvent, TreeNode
 from core.models import TargetModel
-from core.sampling import next_token, row_max, target_probs
+from core.sampling import new_generator, next_token, row_max, target_probs
 from core.timing import now
 from core.verify import accept_greedy, accept_sampled
 
@@ -34,7 +34,7 @@ class Eagle2Decoder:
     ) -> Iterator[StepEvent]:
         """Yield one StepEvent per target forward until EOS, max_new_tokens, or should_stop()."""
         tgt, dr, s = self.target, self.drafter, cfg.sampling
-        gen = torch.Generator().manual_seed(s.seed)
+        gen = new_generator(s.seed)  # CPU uniforms: the same seeded tokens on any device
         cache, dstate = tgt.new_cache(), dr.new_state()
         drafting = cfg.tree.total_tokens > 1
         try:

@@ -11,6 +11,8 @@ from typing import Callable
 
 import torch
 
+from core.sampling import sample, uniform
+
 
 def accept_greedy(kids: list[list[int]], tokens: list[int], target_argmax: list[int]) -> tuple[list[int], int]:
     """Longest path whose every token equals the target's argmax at its parent.
@@ -45,7 +47,8 @@ def accept_sampled(
 ) -> tuple[list[int], int]:
     """Multi-candidate speculative sampling over a tree with deterministic proposals.
 
-    probs_at(node) -> (V,) processed target distribution for the token after `node`.
+    probs_at(node) -> (V,) processed target distribution for the token after `node` (on any device; uniforms and
+    the final draw come from `generator` through core.sampling, so a seed gives the same result on every device).
     Returns (accepted path of node ids, root first; bonus token sampled from the final (residual) distribution).
     """
     path = [0]
@@ -54,12 +57,11 @@ def accept_sampled(
         accepted = None
         for c in kids[path[-1]]:
             x = tokens[c]
-            r = torch.rand((), generator=generator).item()
-            if r < p[x].item():
+            if uniform(generator) < p[x].item():
                 accepted = c
                 break
             if p[x] > 0:
                 p = residual(p, x)
         if accepted is None:
-            return path, int(torch.multinomial(p, 1, generator=generator).item())
+            return path, sample(p, generator)
         path.append(accepted)

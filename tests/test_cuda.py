@@ -1,0 +1,97 @@
+"""GPU checks (`python -m pytest -m cuda`; deselected by default, skipped without CUDA): greedy and sampled decoding
+on a CUDA target, seeded sampling that gives the same tokens on CPU and CUDA, and the app's handler on a GPU.
+
+Tiny random models are deep-copied from the cached CPU fixtures and moved to the GPU (fp32), so nothing is
+downloaded. No GPU was available where these were written: scripts/gpu_check.sh runs them on a machine that has one.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+from conftest import PROMPT, run, tiny_head, tiny_model, tiny_target
+from core.baseline import BaselineDecoder
+from core.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.drafter import EagleDrafter
+from core.eagle import Eagle2Decoder
+from core.models import TargetModel
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+
+def on(device: str, kind: str = "llama", vocab: int = 128, seed: int = 0) -> tuple[BaselineDecoder, Eagle2Decoder]:
+    """Baseline and EAGLE-2 decoders over the same tiny model and untrained head, placed on `device`."""
+    if device == "cpu":
+        tgt = tiny_target(kind, vocab, seed)
+    else:
+        tgt = TargetModel(copy.deepcopy(tiny_model(kind, vocab, seed)).to(device), name=f"tiny-{kind}")
+        tgt.eos_ids = frozenset()
+    head = tiny_head(tiny_target(kind, vocab, seed), seed=seed)
+    return BaselineDecoder(tgt), Eagle2Decoder(tgt, EagleDrafter(head, tgt))
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma3", "mistral"])
+@pytest.mark.parametrize("tree", [TreeConfig(16, 6, 6), TreeConfig(8, 3, 2, 0), TreeConfig(1, 1, 1, 0)])
+def test_greedy_eagle2_equals_baseline_on_cuda(kind, tree):
+    base, eagle = on("cuda", kind)
+    cfg = DecodeConfig(max_new_tokens=96, tree=tree)
+    want, _ = run(base, PROMPT, cfg)
+    got, events = run(eagle, PROMPT, cfg)
+    assert got == want and len(got) == 96
+    assert all(e.step_ms > 0 for e in events)
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma3"])
+def test_greedy_cuda_equals_cpu(kind):
+    cfg = DecodeConfig(max_new_tokens=48)
+    assert run(on("cuda", kind)[0], PROMPT, cfg)[0] == run(on("cpu", kind)[0], PROMPT, cfg)[0]
+
+
+SAMPLED = [SamplingConfig(temperature=1.0), SamplingConfig(temperature=0.7, top_p=0.9)]
+
+
+@pytest.mark.parametrize("sampling", SAMPLED, ids=["T1", "T0.7-p0.9"])
+def test_seeded_sampling_gives_the_same_tokens_on_cpu_and_cuda(sampling):
+    """Uniforms come from the CPU generator and the inverse CDF runs in float64 on the host, so a seed picks the same
+    tokens on both devices (up to probabilities that differ in the last float bits, which these seeds do not hit)."""
+    cpu, cuda = on("cpu"), on("cuda")
+    for seed in range(8):
+        cfg = DecodeConfig(max_new_tokens=24, sampling=dataclasses.replace(sampling, seed=seed))
+        for c, g in zip(cpu, cuda):
+            assert run(g, PROMPT, cfg)[0] == run(c, PROMPT, cfg)[0], (c.method, seed)
+
+
+def test_sampled_eagle2_on_cuda_matches_the_target_distribution():
+    """The chi-square check of tests/test_sampling.py on a CUDA target (fewer runs: a smoke-size test)."""
+    import test_sampling as ts
+
+    tgt_cpu = ts.target()
+    tgt = TargetModel(copy.deepcopy(tgt_cpu.model).to("cuda"), name="tiny-llama")
+    tgt.eos_ids = frozenset()
+    head = tiny_head(tgt_cpu, vocab_ids=ts.likely_tokens("T1", 5), seed=3)
+    dec = Eagle2Decoder(tgt, EagleDrafter(head, tgt))
+    samples, accepted = ts.draw(dec, "T1", 800, TreeConfig(12, 2, 5))
+    assert accepted > 400
+    ts.check_matches(samples, "T1")
+
+
+def test_app_handler_on_cuda():
+    """Playground.run and the streaming handler on a GPU target: greedy identical, sampled complete and seeded."""
+    from app.handlers import Playground
+    from fakes import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    base, eagle = on("cuda", vocab=len(tok))
+    pg = Playground(tok, base, eagle)
+    out = pg.run("Once upon a time", 32)
+    assert out["identical"] is True and len(out["eagle_token_ids"]) == 32
+    s1 = pg.run("Once upon a time", 16, temperature=0.8, top_p=0.9, seed=5)
+    s2 = pg.run("Once upon a time", 16, temperature=0.8, top_p=0.9, seed=5)
+    assert s1["greedy"] is False and s1["eagle_token_ids"] == s2["eagle_token_ids"]
+    assert len(s1["baseline_token_ids"]) == 16
+    views = list(pg.stream("Once upon a time", 16, 0.0, 1.0, 0, 16, 6, 6, 10))
+    assert "token-identical" in views[-1][2]
