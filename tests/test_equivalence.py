@@ -86,6 +86,21 @@ def test_lookup_nodes_are_verified_and_accepted():
     assert summarize(events).tau > 1.0
 
 
+@pytest.mark.parametrize("loop", [[7] * 12, [7, 8, 9] * 6], ids=["period1", "period3"])
+@pytest.mark.parametrize("kind", ["llama", "gemma3"])
+def test_greedy_eagle_with_overlapping_lookup_copies(kind, loop):
+    """A prompt that ends in a loop makes lookup copy with overlap (chains of the full `lookup` length that run past
+    the history); whatever the target does next, the output is the baseline's."""
+    prompt, tree, n = PROMPT + loop, TreeConfig(1, 1, 1, lookup=10), 60
+    expected, _ = run(BaselineDecoder(tiny_target(kind)), prompt, DecodeConfig(max_new_tokens=n))
+    tgt = tiny_target(kind)
+    tokens, events = run(Eagle2Decoder(tgt, EagleDrafter(tiny_head(tgt), tgt)), prompt,
+                         DecodeConfig(max_new_tokens=n, tree=tree))
+    assert tokens == expected
+    chains = [sum(node.source == "lookup" for node in e.tree) for e in events[1:]]
+    assert chains.count(tree.lookup) >= 10  # full-length copies were grafted (and verified) on many steps
+
+
 @pytest.mark.parametrize("kind", ["llama", "gemma3"])
 def test_greedy_eagle_reduced_draft_vocab(kind):
     """A reduced draft vocabulary (vocab_ids subset, d2t) changes proposals, never the output."""

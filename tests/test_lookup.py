@@ -1,36 +1,110 @@
 """Context lookup (core/lookup.py) and grafting its chain into the draft tree (core/tree.py `graft`): pure, no model."""
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core import tree
-from core.lookup import context_draft
+from core.lookup import context_draft, copy_with_overlap
 
 
-def test_longest_suffix_latest_occurrence():
+def test_longest_suffix_then_longest_continuation():
     #          0  1  2  3  4  5  6  7  8  9 10 11
     history = [5, 6, 7, 1, 5, 6, 8, 2, 9, 5, 6, 7]
     # suffix (5, 6, 7) occurred at 0 -> tokens after it: 1, 5, 6, ...
     assert context_draft(history, 3) == [1, 5, 6]
-    # only a 2-gram matches: (9, 5, 6) never occurred, (5, 6) latest at 4 -> 8, 2
+    # only a 2-gram matches: (9, 5, 6) never occurred, (5, 6) at 0 and 4; both are followed by 2 real tokens, the
+    # latest (4) wins
     assert context_draft([5, 6, 8, 2, 9, 5, 6], 2) == [8, 2]
+    # with 3 tokens wanted only the occurrence at 0 has 3 real tokens after it (7, 8, 2)
+    assert context_draft([5, 6, 7, 8, 2, 9, 5, 6], 3) == [7, 8, 2]
     assert context_draft([5, 6, 8, 2, 9, 5, 6], 2, max_ngram=1, min_ngram=1) == [8, 2]  # token 6 latest at 1
 
 
 def test_no_match_and_limits():
     assert context_draft([1, 2, 3, 4], 5) == []  # nothing repeats
     assert context_draft([1, 2, 1], 5, min_ngram=2) == []  # single-token matches ignored
-    assert context_draft([1, 2, 1], 5, min_ngram=1) == [2, 1]  # follow may run into the suffix itself
+    assert context_draft([1, 2, 1], 5, min_ngram=1) == [2, 1, 2, 1, 2]  # the copy runs into itself (overlap)
     assert context_draft([1, 2, 1, 2], 0) == []
     assert context_draft([], 4) == []
     assert context_draft([7], 4) == []
 
 
-def test_follow_is_clipped_to_history_and_max_len():
+def test_copy_continues_past_the_history_with_overlap():
     history = [1, 2, 3, 4, 5, 6, 1, 2]
     assert context_draft(history, 3) == [3, 4, 5]
-    assert context_draft(history, 50) == [3, 4, 5, 6, 1, 2]
+    assert context_draft(history, 8) == [3, 4, 5, 6, 1, 2, 3, 4]  # 6 real tokens, then the copy copies itself
+    assert copy_with_overlap([9, 4, 5], 1, 5) == [4, 5, 4, 5, 4]
+    assert copy_with_overlap([9, 4, 5], 0, 2) == [9, 4]
+
+
+@pytest.mark.parametrize("lookup", [1, 2, 10, 32])
+@pytest.mark.parametrize("run_len", [2, 3, 5, 40])
+def test_period_one_run_gives_lookup_tokens(lookup, run_len):
+    """Issue 14: in a run of one repeated token ("1111...") the latest occurrence used to leave one token to copy."""
+    history = [4, 9, 7] + [1] * run_len
+    assert context_draft(history, lookup) == [1] * lookup
+
+
+@pytest.mark.parametrize("lookup", [1, 4, 10, 32])
+@pytest.mark.parametrize("periods", [1, 2, 7])
+def test_period_three_run_gives_lookup_tokens(lookup, periods):
+    history = [8, 8, 0] + [1, 2, 3] * periods + [1]
+    expected = ([2, 3, 1] * lookup)[:lookup]
+    assert context_draft(history, lookup) == expected
+
+
+def reference_draft(history: list[int], max_len: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
+    """Brute force, straight from the definition: longest suffix n-gram with an earlier occurrence, the occurrence
+    with the most real tokens after it (capped at max_len, latest among equals), copied token by token with
+    overlap."""
+    if max_len <= 0:
+        return []
+    for n in range(max_ngram, min_ngram - 1, -1):
+        if n >= len(history):
+            continue
+        suffix = history[len(history) - n:]
+        starts = [i for i in range(len(history) - n) if history[i:i + n] == suffix]
+        if not starts:
+            continue
+        best = max(starts, key=lambda i: (min(max_len, len(history) - i - n), i))
+        ext = list(history)
+        for k in range(max_len):
+            ext.append(ext[best + n + k])
+        return ext[len(history):]
+    return []
+
+
+@settings(max_examples=400, deadline=None, database=None, derandomize=True)
+@given(st.lists(st.integers(0, 4), max_size=40), st.integers(0, 12), st.integers(1, 4), st.integers(1, 3))
+def test_matches_the_brute_force_definition(history, max_len, max_ngram, min_ngram):
+    min_ngram = min(min_ngram, max_ngram)
+    assert context_draft(history, max_len, max_ngram, min_ngram) == reference_draft(history, max_len, max_ngram,
+                                                                                      min_ngram)
+
+
+@settings(max_examples=200, deadline=None, database=None, derandomize=True)
+@given(st.lists(st.integers(10, 30), max_size=20), st.lists(st.integers(0, 9), min_size=1, max_size=6, unique=True),
+       st.integers(2, 6), st.integers(0, 5), st.integers(1, 20))
+def test_any_loop_continues_for_lookup_tokens(prefix, pattern, reps, cut, lookup):
+    """A loop of distinct tokens repeated at least twice continues periodically for exactly `lookup` tokens,
+    whatever text came before it (prefix tokens never occur in the loop)."""
+    cut = cut % len(pattern)
+    history = prefix + pattern * reps + pattern[:cut]
+    p = len(pattern)
+    expected = [(pattern * (lookup // p + 2))[(cut + k) % p] for k in range(lookup)]
+    assert context_draft(history, lookup) == expected
+
+
+@settings(max_examples=200, deadline=None, database=None, derandomize=True)
+@given(st.lists(st.integers(0, 3), max_size=60), st.integers(1, 12))
+def test_a_match_always_yields_max_len_tokens_copied_from_the_history(history, max_len):
+    out = context_draft(history, max_len, max_ngram=2)
+    assert out == [] or len(out) == max_len
+    if out:  # the copy is a shifted view of history + out itself
+        ext = history + out
+        assert any(ext[s:s + max_len] == out for s in range(1, len(history)))
 
 
 def test_graft_follows_matching_children_then_appends():

@@ -210,6 +210,20 @@ def test_context_lookup_sampling_matches_target_distribution(name):
     check_matches(samples, name, prompt)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("period", [1, 3])
+def test_overlapping_lookup_copies_sampling_matches_target_distribution(period):
+    """A prompt ending in a loop of the target's own likely tokens: every step's lookup chain is a copy with overlap
+    (longer than the loop's remaining text), and the sampled output is still exactly the target's."""
+    tgt = target()
+    likely = likely_tokens("T1", period).tolist()
+    prompt = tuple(PROMPT + likely * (6 // period))
+    dec = Eagle2Decoder(tgt, EagleDrafter(tiny_head(tgt), tgt))
+    samples, accepted = draw(dec, "T1", RUNS_EAGLE, TreeConfig(1, 1, 1, lookup=4), prompt)
+    assert accepted > RUNS_EAGLE // 50, "lookup proposals were never accepted: acceptance would not be exercised"
+    check_matches(samples, "T1", prompt)
+
+
 @pytest.mark.parametrize("cfg", [SamplingConfig(), SamplingConfig(temperature=1.0)])
 def test_next_token_rejects_non_finite_logits(cfg):
     with pytest.raises(DecodeError, match="NaN or inf"):
