@@ -32,6 +32,7 @@ from app.render import (
 from app.state import RunRecord
 from core.config import DecodeConfig, DecodeError, SamplingConfig, TreeConfig
 from core.events import StepEvent, summarize
+from core.exactness import Divergence, divergence_of, short_name
 from core.pipeline import encode_prompt
 from core.pipeline import prompt_mode as resolve_prompt_mode
 
@@ -144,6 +145,7 @@ class Playground:
         self.cap, self.prompt_cap = max_new_tokens, max_prompt_tokens
         target = getattr(baseline, "target", None)
         self.model = str(getattr(target, "name", "") or type(target).__name__ if target is not None else "unknown")
+        self.dtype = getattr(target, "dtype", "float32")  # the near-tie tolerance of a divergence (core/exactness.py)
         self._labels: dict[int, str] = {}  # token id -> tree label; a pure tokenizer cache, not user data
         spaces = spaces_module()
         self.zero_gpu = spaces is not None
@@ -314,7 +316,8 @@ class Playground:
                            panel_meta(stats["eagle"], running and not done["eagle"], done["eagle"]),
                            legend_depth=record.tree_depth, lookup=token_lookup(record.eagle))
         badge = identical_badge(record.ids("baseline"), record.ids("eagle"), record.greedy,
-                                complete=done["baseline"] and done["eagle"])
+                                complete=done["baseline"] and done["eagle"], divergence=self._divergence(record),
+                                dtype=short_name(self.dtype))
         table = stats_html(stats["baseline"], stats["eagle"], badge)
         steps = record.tree_steps
         charts = stats_figure(stats["baseline"], stats["eagle"]) if charts else gr.skip()
@@ -328,13 +331,19 @@ class Playground:
             slider = gr.skip()
         return base, eagle, table, charts, tree, slider, record
 
+    def _divergence(self, record: RunRecord) -> Divergence | None:
+        """Where greedy outputs part ways and whether a near tie explains it, from the recorded margins."""
+        return divergence_of(record.baseline, record.eagle, self.dtype) if record.greedy else None
+
     # ---------------------------------------------------------------------------------- API
 
     def run(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
             seed: int = 0, total_tokens: int = _TREE.total_tokens, depth: int = _TREE.depth,
             top_k: int = _TREE.top_k, lookup: int = _TREE.lookup) -> dict:
         """Generate `prompt` with plain decoding and EAGLE-2; return both texts, whether the token ids are
-        identical, each method's statistics and the speedup (EAGLE-2 tokens/s over baseline tokens/s)."""
+        identical, each method's statistics and the speedup (EAGLE-2 tokens/s over baseline tokens/s). At T = 0,
+        `divergence` says where outputs that differ part ways (index, both top-2 margins, near_tie, tolerance,
+        label, dtype; core/exactness.py), else None."""
         record, cfg = self.prepare(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
                                    lookup)
         with self.guarded("run", record):
@@ -346,10 +355,13 @@ class Playground:
                 steps.close()
         stats = {s: summarize(getattr(record, s)) for s in SIDES}
         b, e = stats["baseline"].tokens_per_s, stats["eagle"].tokens_per_s
+        div = self._divergence(record)
         return {
             "baseline_text": self.tok.decode(record.ids("baseline"), skip_special_tokens=True),
             "eagle_text": self.tok.decode(record.ids("eagle"), skip_special_tokens=True),
             "identical": record.ids("baseline") == record.ids("eagle"),
+            # first differing token, both runs' top-2 margins there, near_tie (core/exactness.py); None if none
+            "divergence": div.as_dict() | {"dtype": short_name(self.dtype)} if div else None,
             "greedy": record.greedy,
             "baseline_token_ids": record.ids("baseline"),
             "eagle_token_ids": record.ids("eagle"),

@@ -14,6 +14,7 @@ import html
 from typing import Iterable, Protocol, Sequence
 
 from core.events import RunStats, StepEvent
+from core.exactness import NEAR_TIE_ULPS, Divergence
 
 CONTEXT_TOKENS = 16  # prompt tokens decoded in front of the output, so word-initial spaces render as in context
 MAX_DEPTH_CLASS = 12  # style.css defines .d0 .. .d12; deeper drafts share the last colour
@@ -183,18 +184,49 @@ def panel_meta(stats: RunStats, running: bool, finished: bool) -> list[str]:
     return [f"{stats.new_tokens} tokens", f"{stats.tokens_per_s:.1f} tok/s", f"{stats.seconds:.2f} s", state]
 
 
-def identical_badge(base_ids: Sequence[int], eagle_ids: Sequence[int], greedy: bool, complete: bool) -> str:
-    """Losslessness check shown at temperature 0: are the two outputs the same token ids?"""
+def identical_badge(base_ids: Sequence[int], eagle_ids: Sequence[int], greedy: bool, complete: bool,
+                    divergence: Divergence | None = None, dtype: str = "fp32") -> str:
+    """Losslessness check shown at temperature 0: are the two outputs the same token ids? When they part ways,
+    `divergence` (core/exactness.py, from the margins the decoders recorded) says whether a numerical near tie
+    explains it."""
     if not greedy:
         return ('<span class="badge neutral">sampling (T &gt; 0): outputs differ run to run; '
                 "EAGLE-2 keeps the target's distribution</span>")
     n = min(len(base_ids), len(eagle_ids))
     first_diff = next((i for i in range(n) if base_ids[i] != eagle_ids[i]), None)
     if first_diff is not None:
-        return f'<span class="badge bad">✗ outputs differ at token {first_diff + 1}</span>'
+        return divergence_badge(divergence, dtype) if divergence else (
+            f'<span class="badge bad">✗ outputs differ at token {first_diff + 1}</span>')
     if complete and len(base_ids) == len(eagle_ids):
         return f'<span class="badge good">✓ token-identical ({n} tokens)</span>'
     return f'<span class="badge neutral">identical so far ({n} tokens compared)</span>'
+
+
+def _margin(x: float | None) -> str:
+    return "–" if x is None else f"{x:.3g}"
+
+
+def divergence_badge(d: Divergence, dtype: str) -> str:
+    """The badge for two greedy outputs that part ways at token d.index + 1: "numerical near tie (<dtype>)" when a
+    margin is within the dtype's rounding, "mismatch" otherwise; a <details> holds the short explanation."""
+    where = f"at token {d.index + 1}"
+    margins = (f"top-2 margin {_margin(d.baseline_margin)} (baseline) vs {_margin(d.method_margin)} (EAGLE-2), "
+               f"rounding tolerance {_margin(d.tolerance)} = {NEAR_TIE_ULPS} {dtype} ulps at the top logit")
+    if d.near_tie:
+        summary = f"≈ numerical near tie ({dtype}) {where}"
+        why = (f"{margins}. EAGLE-2 scores many tokens in one target forward, plain decoding one at a time; in "
+               f"{dtype} the two shapes round differently, so the same logit can differ by a few units in the last "
+               "place. Here the target's top two tokens were that close, so both picks are the target's greedy "
+               "choice up to rounding, and the texts part ways from there. In fp32 the outputs are token-identical "
+               "(README, Exactness).")
+        cls = "tie"
+    else:
+        summary = f"✗ mismatch {where}"
+        why = (f"{margins}. Both margins exceed what {dtype} rounding can flip, so rounding does not explain this "
+               "divergence: it would be a bug in the engine. Please report the prompt and settings.")
+        cls = "bad"
+    return (f'<details class="divergence {cls}" id="divergence"><summary class="badge {cls}">{_esc(summary)} '
+            f'<span class="why-link">why?</span></summary><div class="why">{_esc(why)}</div></details>')
 
 
 def is_identical(base_ids: Sequence[int], eagle_ids: Sequence[int]) -> bool:

@@ -11,6 +11,7 @@ import torch
 from core import kv_cache
 from core.config import DecodeConfig
 from core.events import StepEvent
+from core.exactness import top2
 from core.models import TargetModel
 from core.sampling import new_generator, next_token
 from core.timing import now
@@ -35,12 +36,13 @@ class BaselineDecoder:
             for step in range(cfg.max_new_tokens):
                 t0 = now(tgt.device)
                 hidden, _ = tgt.forward(ids, cache)
-                logits = tgt.logits(hidden[0, -1])
+                logits = tgt.logits(hidden[0, -1])  # (V,)
                 tok = next_token(logits, cfg.sampling, gen)
+                margins, tops = top2(logits[None])  # the margin this token won by (core/exactness.py)
                 ms = (now(tgt.device) - t0) * 1000
                 done = (cfg.stop_on_eos and tok in tgt.eos_ids) or step + 1 == cfg.max_new_tokens
                 yield StepEvent(step=step, method=self.method, new_token_ids=(tok,), verify_ms=ms, step_ms=ms,
-                                finished=done)
+                                finished=done, margins=tuple(margins), top_logits=tuple(tops))
                 if done or (should_stop and should_stop()):
                     return
                 ids = torch.tensor([[tok]], device=tgt.device)

@@ -11,7 +11,13 @@ generation per method on the first prompt, then per prompt every method back to 
 starts with method i mod M) so machine drift hits all alike. Every method is timed the same way: perf_counter (after
 a CUDA synchronize) around the whole call, i.e. around consuming our decoders' generators, not the sum of step_ms.
 Speedup = ratio of mean tokens/s (core.bench_report); tau = sum of new tokens / sum of target forwards, counted for
-generate() with a forward hook. At temperature 0 each method's tokens are compared with `baseline`'s.
+generate() with a forward hook. At temperature 0 each method's tokens are compared with `baseline`'s, and a row
+that differs carries `divergence`: the first differing index, both runs' top-2 logit margins there and whether the
+dtype's rounding explains it (core/exactness.py); the summary counts `mismatches` and `unexplained_mismatches`.
+Our decoders record margins while decoding. generate()'s are read from its own logits (`output_logits`) in a second,
+untimed call cut at the divergence, made only for rows that differ: asking for logits in the timed call would copy
+a 262k-vocabulary row per token into the measured time, and a teacher-forced forward would round differently from
+the one-token steps that chose the tokens.
 
 Our methods: eagle2 = the engine as configured: the head's dynamic tree plus the context-lookup chain, or what
 `--tree auto` chose; eagle2-head = the same tree without lookup (the head alone); eagle2-chain = the head as a single
@@ -21,6 +27,7 @@ prompt lookup, next to transformers' hf-pld).
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import json
 import os
@@ -40,6 +47,7 @@ from core import pipeline
 from core.autotree import choose_tree
 from core.config import DecodeConfig, SamplingConfig, TreeConfig
 from core.events import RunStats, summarize
+from core.exactness import classify, first_difference, top2
 from core.models import TargetModel
 from core.timing import now
 from core.train.evaluate import spec_bench_category
@@ -189,10 +197,13 @@ class Outcome:
     seconds: float
     target_forwards: int | None
     stats: RunStats | None = None  # our decoders only
+    margins: tuple[float, ...] = ()  # per token: top-1 minus top-2 logit (core/exactness.py); hf: filled on demand
+    top_logits: tuple[float, ...] = ()
 
 
 Runner = Callable[[list[int], int], object]  # (prompt ids, seed) -> raw output, timed as a whole
-Digest = Callable[[object], tuple[tuple[int, ...], int | None, RunStats | None]]
+Digest = Callable[[object, float], Outcome]  # (raw output, seconds) -> Outcome, outside the timed region
+Scorer = Callable[[list[int], tuple[int, ...]], tuple[list[float], list[float]]]  # (prompt, tokens) -> margins, top-1
 
 
 def hf_generation_config(target: TargetModel, tok, cfg: DecodeConfig, pld: bool):
@@ -239,11 +250,32 @@ def hf_runner(target: TargetModel, gen_cfg, greedy: bool) -> tuple[Runner, Diges
             hook.remove()
         return out, len(ids), count[0]
 
-    def digest(raw):
+    def digest(raw, seconds: float) -> Outcome:
         out, n_prompt, forwards = raw
-        return trim_at_eos(out[0, n_prompt:].tolist(), target.eos_ids), forwards, None
+        return Outcome(trim_at_eos(out[0, n_prompt:].tolist(), target.eos_ids), seconds, forwards)
 
     return run, digest
+
+
+def hf_scorer(target: TargetModel, gen_cfg) -> Scorer:
+    """generate() again, greedy and untimed, for the timed run's first len(tokens) tokens with output_logits: their
+    top-2 margins and top-1 logits.
+
+    Only called for a row that differs from baseline (see the module docstring); ([], []) if the rerun's tokens are
+    not the timed run's (then the divergence stays unexplained).
+    """
+
+    def score(ids: list[int], tokens: tuple[int, ...]) -> tuple[list[float], list[float]]:
+        cfg = copy.deepcopy(gen_cfg)
+        cfg.update(max_new_tokens=len(tokens), output_logits=True, return_dict_in_generate=True)
+        x = torch.tensor([ids], device=target.device)  # (1, P)
+        with torch.inference_mode():
+            out = target.model.generate(input_ids=x, attention_mask=torch.ones_like(x), generation_config=cfg)
+        if tuple(out.sequences[0, len(ids):].tolist()) != tuple(tokens):
+            return [], []
+        return top2(torch.cat(list(out.logits), dim=0))  # (n, V): one row per generated token, before processors
+
+    return score
 
 
 def core_runner(decoder, cfg: DecodeConfig) -> tuple[Runner, Digest]:
@@ -253,9 +285,10 @@ def core_runner(decoder, cfg: DecodeConfig) -> tuple[Runner, Digest]:
         c = DecodeConfig(cfg.max_new_tokens, SamplingConfig(**{**asdict(cfg.sampling), "seed": seed}), cfg.tree)
         return list(decoder.generate(ids, c))
 
-    def digest(events):
+    def digest(events, seconds: float) -> Outcome:
         st = summarize(events)
-        return tuple(t for e in events for t in e.new_token_ids), st.target_forwards, st
+        return Outcome(tuple(t for e in events for t in e.new_token_ids), seconds, st.target_forwards, st,
+                       tuple(m for e in events for m in e.margins), tuple(t for e in events for t in e.top_logits))
 
     return run, digest
 
@@ -283,29 +316,51 @@ def make_runners(plan: Plan, target, tok, baseline, eagle, tree: TreeConfig) -> 
     return {m: table[m]() for m in plan.methods}
 
 
+def make_scorers(plan: Plan, target, tok, tree: TreeConfig) -> dict[str, Scorer]:
+    """generate() methods -> their on-demand margin scorer (our decoders record margins while decoding)."""
+    cfg = DecodeConfig(plan.decode.max_new_tokens, plan.decode.sampling, tree)
+    return {m: hf_scorer(target, hf_generation_config(target, tok, cfg, m == "hf-pld"))
+            for m in ("hf", "hf-pld") if m in plan.methods}
+
+
 def timed(run: Runner, digest: Digest, ids: list[int], seed: int, device: torch.device) -> Outcome:
     """Wall-clock one whole generation (synchronized on CUDA), then digest it outside the timed region."""
     t0 = now(device)
     raw = run(ids, seed)
     seconds = now(device) - t0
-    tokens, forwards, stats = digest(raw)
-    return Outcome(tokens, seconds, forwards, stats)
+    return digest(raw, seconds)
 
 
 # ------------------------------------------------------------------------------------------------ rows
 
 
-def make_row(q: dict, method: str, o: Outcome, reference: tuple[int, ...] | None) -> dict:
-    """One per_prompt row; `reference` = baseline's tokens when compared (T = 0), else None."""
+def divergence_record(reference: Outcome, o: Outcome, dtype: torch.dtype | str) -> dict:
+    """{"index", "baseline_margin", "method_margin", "near_tie", "tolerance"} of a row that differs from baseline.
+
+    Outputs that differ only in length (one a prefix of the other) have no differing token to explain: near_tie
+    False, margins None.
+    """
+    d = classify(reference.tokens, o.tokens, reference.margins, o.margins, reference.top_logits, o.top_logits, dtype)
+    if d is None:
+        return {"index": min(len(o.tokens), len(reference.tokens)), "baseline_margin": None, "method_margin": None,
+                "near_tie": False, "tolerance": None}
+    return {k: v for k, v in d.as_dict().items() if k != "label"}
+
+
+def make_row(q: dict, method: str, o: Outcome, reference: Outcome | None, dtype: torch.dtype | str = "float32") -> dict:
+    """One per_prompt row; `reference` = baseline's outcome when compared (T = 0), else None."""
     n = len(o.tokens)
-    same = None if reference is None else o.tokens == reference
+    same = None if reference is None else o.tokens == reference.tokens
     first_diff = None
     if same is False:
-        first_diff = next((i for i, (a, b) in enumerate(zip(o.tokens, reference)) if a != b), min(n, len(reference)))
+        first_diff = first_difference(o.tokens, reference.tokens)
+        first_diff = min(n, len(reference.tokens)) if first_diff is None else first_diff
     row = {"question_id": q["question_id"], "category": q["group"], "method": method, "new_tokens": n,
            "seconds": o.seconds, "tokens_per_s": n / o.seconds if o.seconds > 0 else 0.0,
            "target_forwards": o.target_forwards, "tau": n / o.target_forwards if o.target_forwards else None,
            "identical_to_baseline": same, "first_mismatch": first_diff}
+    if same is False:
+        row["divergence"] = divergence_record(reference, o, dtype)
     if method in EAGLE_METHODS and o.stats is not None:
         row.update(steps=o.stats.steps, accepted_drafts=o.stats.accepted_drafts, drafted_tokens=o.stats.drafted_tokens,
                    accept_rate=o.stats.accept_rate, accept_hist=list(o.stats.accept_hist),
@@ -313,10 +368,24 @@ def make_row(q: dict, method: str, o: Outcome, reference: tuple[int, ...] | None
     return row
 
 
-def prompt_rows(q: dict, outcomes: dict[str, Outcome], methods: tuple[str, ...], compare: bool) -> list[dict]:
+def prompt_rows(q: dict, outcomes: dict[str, Outcome], methods: tuple[str, ...], compare: bool,
+                dtype: torch.dtype | str = "float32") -> list[dict]:
     """Rows of one prompt in method order; compared with baseline when `compare` and baseline ran."""
-    ref = outcomes["baseline"].tokens if compare and "baseline" in outcomes else None
-    return [make_row(q, m, outcomes[m], ref) for m in methods]
+    ref = outcomes["baseline"] if compare and "baseline" in outcomes else None
+    return [make_row(q, m, outcomes[m], ref, dtype) for m in methods]
+
+
+def score_divergences(outcomes: dict[str, Outcome], ids: list[int], scorers: dict[str, Scorer]) -> dict[str, Outcome]:
+    """Fill in generate()'s margins, up to the first differing token, for the methods that differ from baseline."""
+    ref = outcomes.get("baseline")
+    out = dict(outcomes)
+    for m, score in scorers.items():
+        o = outcomes.get(m)
+        i = None if ref is None or o is None else first_difference(ref.tokens, o.tokens)
+        if i is not None:
+            margins, tops = score(ids, o.tokens[:i + 1])
+            out[m] = replace(o, margins=tuple(margins), top_logits=tuple(tops))
+    return out
 
 
 def rotation(methods: tuple[str, ...], i: int) -> tuple[str, ...]:
@@ -326,14 +395,17 @@ def rotation(methods: tuple[str, ...], i: int) -> tuple[str, ...]:
 
 
 def run_bench(questions: list[dict], prompts: list[list[int]], runners: dict, methods: tuple[str, ...],
-              device: torch.device, seed: int, compare: bool, progress=None) -> list[dict]:
+              device: torch.device, seed: int, compare: bool, progress=None, scorers: dict[str, Scorer] | None = None,
+              dtype: torch.dtype | str = "float32") -> list[dict]:
     """Warm up each method once on the first prompt, then run every prompt with rotating method order."""
     for m in methods:
         timed(*runners[m], prompts[0], seed + questions[0]["question_id"], device)
     rows: list[dict] = []
     for i, (q, ids) in enumerate(zip(questions, prompts)):
         outcomes = {m: timed(*runners[m], ids, seed + q["question_id"], device) for m in rotation(methods, i)}
-        rows += prompt_rows(q, outcomes, methods, compare)
+        if compare and scorers:
+            outcomes = score_divergences(outcomes, ids, scorers)
+        rows += prompt_rows(q, outcomes, methods, compare, dtype)
         if progress:
             progress(rows)
     return rows
@@ -404,7 +476,8 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
           f"methods {','.join(plan.methods)}, tree {tree} ({tree_info['source']}); warming up ...", file=sys.stderr)
     bar, progress = _progress_bar(len(questions), plan.methods)
     try:
-        rows = run_bench(questions, prompts, runners, plan.methods, target.device, a.seed, compare, progress)
+        rows = run_bench(questions, prompts, runners, plan.methods, target.device, a.seed, compare, progress,
+                         make_scorers(plan, target, tok, tree), target.dtype)
     finally:
         bar.close()
     head_trained = bool(getattr(getattr(eagle.drafter, "head", None), "trained", False))

@@ -55,6 +55,15 @@ def mismatches(rows: Sequence[Row], method: str) -> int | None:
     return sum(not f for f in flags) if flags else None
 
 
+def unexplained_mismatches(rows: Sequence[Row], method: str) -> int | None:
+    """Mismatches that no numerical near tie explains (row["divergence"]["near_tie"] false or missing): each would
+    be a bug. None when no prompt was compared."""
+    sel = [r for r in _select(rows, method) if r.get("identical_to_baseline") is not None]
+    if not sel:
+        return None
+    return sum(r["identical_to_baseline"] is False and not (r.get("divergence") or {}).get("near_tie") for r in sel)
+
+
 def acceptance(rows: Sequence[Row], method: str) -> dict:
     """Pooled draft acceptance rate, per-depth acceptance and acceptance histogram of an EAGLE method."""
     sel = [r for r in _select(rows, method) if "accept_hist" in r]
@@ -88,13 +97,15 @@ def _figures(rows: Sequence[Row], method: str, category: str | None, methods: Se
 
 
 def summarize_rows(rows: Sequence[Row]) -> dict:
-    """{method: {tokens_per_s, speedup_vs_hf, speedup_vs_baseline, tau, mismatches, per_category, [acceptance]}}."""
+    """{method: {tokens_per_s, speedup_vs_hf, speedup_vs_baseline, tau, mismatches, unexplained_mismatches,
+    per_category, [acceptance]}}."""
     methods = list(dict.fromkeys(r["method"] for r in rows))
     cats = list(dict.fromkeys(r["category"] for r in rows))
     out = {}
     for m in methods:
         s = _figures(rows, m, None, methods)
         s["mismatches"] = mismatches(rows, m)
+        s["unexplained_mismatches"] = unexplained_mismatches(rows, m)
         if any("accept_hist" in r for r in _select(rows, m)):
             s.update(acceptance(rows, m))
         s["per_category"] = {c: _figures(rows, m, c, methods) for c in cats}
@@ -114,13 +125,21 @@ def reference_of(summary: dict) -> str:
     return "hf" if "hf" in summary else "baseline"
 
 
+def _mismatch_cell(s: dict) -> str:
+    """'16 (0 unexplained)': mismatches, and how many no near tie explains (core/exactness.py)."""
+    n, bad = s.get("mismatches"), s.get("unexplained_mismatches")
+    if n is None or bad is None or n == 0:
+        return _num(n, "d")
+    return f"{n} ({bad} unexplained)"
+
+
 def summary_table(summary: dict) -> str:
     """Markdown: method | tok/s | speedup vs hf | speedup vs baseline | tau | mismatches."""
     lines = ["| method | tok/s | speedup vs hf | speedup vs baseline | τ | mismatches |", "|---|---|---|---|---|---|"]
     for m, s in summary.items():
         lines.append(f"| {m} | {_num(s['tokens_per_s'], '.1f')} | {_num(s['speedup_vs_hf'], '.2f', 'x')} | "
                      f"{_num(s['speedup_vs_baseline'], '.2f', 'x')} | {_num(s['tau'], '.2f')} | "
-                     f"{_num(s['mismatches'], 'd')} |")
+                     f"{_mismatch_cell(s)} |")
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ from core.config import DecodeConfig, check_finite
 from core.drafter import EagleDrafter
 from core.lookup import context_draft
 from core.events import StepEvent, TreeNode
+from core.exactness import top2
 from core.models import TargetModel
 from core.sampling import new_generator, next_token, row_max, target_probs
 from core.timing import now
@@ -43,8 +44,9 @@ class Eagle2Decoder:
             ids = torch.tensor([prompt_ids], device=tgt.device)  # (1, P)
             hidden, taps = tgt.forward(ids, cache, output_layers=dr.output_layers)  # (1, P, H); EAGLE-3 taps
             draft_in = hidden if taps is None else taps  # the features this head reads
-            logits = tgt.logits(hidden[0, -1])
+            logits = tgt.logits(hidden[0, -1])  # (V,)
             root = next_token(logits, s, gen)
+            margins, tops = top2(logits[None])  # the margin each emitted token won by (core/exactness.py)
             t1 = now(tgt.device)
             if drafting:
                 feat = dr.extend(dstate, draft_in, torch.tensor([prompt_ids[1:] + [root]], device=tgt.device))
@@ -52,7 +54,8 @@ class Eagle2Decoder:
             produced, done = 1, self._done(root, 1, cfg)
             history = list(prompt_ids) + [root]  # what context lookup searches
             yield StepEvent(0, self.method, (root,), verify_ms=(t1 - t0) * 1e3, draft_ms=(t2 - t1) * 1e3,
-                            step_ms=(t2 - t0) * 1e3, draft_forwards=int(drafting), finished=done, note=self.note)
+                            step_ms=(t2 - t0) * 1e3, draft_forwards=int(drafting), finished=done, note=self.note,
+                            margins=tuple(margins), top_logits=tuple(tops))
             step = 0
             while not done and not (should_stop and should_stop()):
                 step += 1
@@ -86,6 +89,7 @@ class Eagle2Decoder:
                     path, bonus = accept_sampled(kids, tokens, lambda n: target_probs(logits[n], s), gen)
                 accepted = [tokens[i] for i in path[1:]] + [bonus]
                 new, done = self._clip(accepted, produced, cfg)
+                margins, tops = top2(logits[path[:len(new)]])  # (len(new), V): new token k was chosen at path[k]
                 # 4. commit: compact the target cache to the accepted path; the draft reads the real features
                 kv_cache.keep(cache, prefix, path)
                 t2 = now(tgt.device)
@@ -104,7 +108,8 @@ class Eagle2Decoder:
                 )
                 yield StepEvent(step, self.method, tuple(new), nodes, tuple(path), draft_ms=(t1 - t0 + t3 - t2) * 1e3,
                                 verify_ms=(t2 - t1) * 1e3, step_ms=(t3 - t0) * 1e3, finished=done, note=self.note,
-                                draft_forwards=(pool.forwards if pool else 0) + int(extended))
+                                draft_forwards=(pool.forwards if pool else 0) + int(extended),
+                                margins=tuple(margins), top_logits=tuple(tops))
         finally:
             kv_cache.free(cache)
             dstate.free()

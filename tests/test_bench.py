@@ -180,3 +180,60 @@ def test_bad_arguments_exit_with_one_line(stack, tmp_path, capsys, extra):
     assert rc != 0
     assert len(err.splitlines()) == 1 and err.startswith("core.bench: error:"), err
     assert not (tmp_path / "x.json").exists()
+
+
+def _outcome(tokens, margins, tops=None):
+    from core.bench import Outcome
+
+    return Outcome(tuple(tokens), 1.0, len(tokens), None, tuple(margins), tuple(tops or [20.0] * len(tokens)))
+
+
+def test_mismatch_rows_carry_a_classified_divergence():
+    """Issue 15: a planted near tie (margin 0.125 = one bf16 ulp at 20) is explained, a planted 3-logit margin is
+    not; the summary counts both as mismatches and only the second as unexplained."""
+    from core.bench import make_row, prompt_rows
+
+    q = {"question_id": 1, "group": "qa"}
+    base = _outcome([5, 6, 7, 8], [2.0, 2.0, 0.125, 3.0])
+    tie = _outcome([5, 6, 9, 9], [2.0, 2.0, 0.25, 1.0])
+    bug = _outcome([5, 6, 7, 1], [2.0, 2.0, 2.0, 3.0])
+    rows = prompt_rows(q, {"baseline": base, "eagle2": tie, "hf": bug}, ("hf", "baseline", "eagle2"), True,
+                       torch.bfloat16)
+    by = {r["method"]: r for r in rows}
+    assert "divergence" not in by["baseline"] and by["baseline"]["identical_to_baseline"] is True
+    d = by["eagle2"]["divergence"]
+    assert d["index"] == 2 and d["baseline_margin"] == 0.125 and d["method_margin"] == 0.25 and d["near_tie"] is True
+    d = by["hf"]["divergence"]
+    assert d == {"index": 3, "baseline_margin": 3.0, "method_margin": 3.0, "near_tie": False, "tolerance": 2.0}
+    assert by["hf"]["first_mismatch"] == 3
+    s = summarize_rows(rows)
+    assert (s["eagle2"]["mismatches"], s["eagle2"]["unexplained_mismatches"]) == (1, 0)
+    assert (s["hf"]["mismatches"], s["hf"]["unexplained_mismatches"]) == (1, 1)
+    assert s["baseline"]["unexplained_mismatches"] == 0
+    assert "| eagle2 |" in summary_table(s) and "1 (0 unexplained)" in summary_table(s)
+    short = make_row(q, "eagle2", _outcome([5, 6], [2.0, 2.0]), base, "bfloat16")  # a prefix: nothing to explain
+    assert short["divergence"]["near_tie"] is False and short["divergence"]["index"] == 2
+
+
+def test_hf_scorer_reads_generate_logits_and_matches_baseline_margins(stack):
+    """generate()'s margins (output_logits, second untimed call) sit at the same positions as our baseline's: in
+    fp32 they agree per token; a rerun that does not reproduce the tokens gives no margins."""
+    from core.bench import hf_generation_config, hf_scorer, load_stack, score_divergences
+    from core.config import DecodeConfig
+
+    target, tok, baseline, _, _ = load_stack(stack["model"], stack["head"], "cpu", "fp32")
+    ids = encode_prompt(tok, QUESTIONS[0]["turns"][0], "raw")
+    cfg = DecodeConfig(max_new_tokens=12)
+    events = list(baseline.generate(ids, cfg))
+    tokens = tuple(t for e in events for t in e.new_token_ids)
+    for pld in (False, True):
+        score = hf_scorer(target, hf_generation_config(target, tok, cfg, pld))
+        margins, tops = score(ids, tokens[:8])
+        assert margins == pytest.approx([m for e in events for m in e.margins][:8], abs=1e-4)
+        assert tops == pytest.approx([t for e in events for t in e.top_logits][:8], abs=1e-4)
+        assert score(ids, tokens[:3] + (tokens[3] + 1,)) == ([], [])
+    base = _outcome(tokens, [m for e in events for m in e.margins])
+    other = _outcome(tokens[:5] + (tokens[5] + 1,), [])
+    fake = {"hf": lambda i, t: ([0.5] * len(t), [1.0] * len(t))}
+    filled = score_divergences({"baseline": base, "hf": other}, ids, fake)
+    assert filled["hf"].margins == (0.5,) * 6 and filled["baseline"] is base

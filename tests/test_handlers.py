@@ -1,9 +1,13 @@
 """Event functions with decoders that replay canned StepEvents: race order, streamed outputs, Stop, validation, /run."""
 from __future__ import annotations
 
+import dataclasses
+import types
+
 import gradio as gr
 import plotly.graph_objects as go
 import pytest
+import torch
 
 from app.handlers import OUTPUTS, Playground, make_config, race
 from app.state import RunRecord
@@ -236,3 +240,41 @@ def test_chat_mode_wraps_the_prompt_and_the_ui_says_so():
         demo = build_demo(tok, baseline, eagle, prompt_mode=mode)
         shown = [b.value for b in demo.blocks.values() if getattr(b, "elem_id", None) == "prompt-mode"]
         assert shown and words in shown[0]
+
+
+def with_margins(events: list[StepEvent], margins: dict[int, float]) -> list[StepEvent]:
+    """Copy of `events` recording a top-2 margin per token (0.5 unless given by token index) at a top logit of 20."""
+    out, i = [], 0
+    for e in events:
+        n = len(e.new_token_ids)
+        out.append(dataclasses.replace(e, margins=tuple(margins.get(i + k, 0.5) for k in range(n)),
+                                       top_logits=(20.0,) * n))
+        i += n
+    return out
+
+
+@pytest.mark.parametrize("margin, label", [(0.125, "numerical near tie"), (3.0, "mismatch")])
+def test_divergence_is_labelled_in_the_badge_and_returned_by_run(margin, label):
+    """Issue 15: a bf16 run whose outputs part ways at token 7 shows where and both margins, labelled a near tie
+    when a margin is within 16 bf16 ulps at the top logit (16 x 0.125 at 20), a mismatch otherwise; /run returns the
+    same record beside `identical`."""
+    other = TEXT[:6] + "W" + TEXT[7:]
+    b = ReplayDecoder("baseline", with_margins(baseline_events(TEXT), {6: margin}))
+    e = ReplayDecoder("eagle2", with_margins(eagle_events(other, plan=[2, 3, 0]), {6: 2.5}))
+    b.target = types.SimpleNamespace(name="fake", dtype=torch.bfloat16)
+    pg = Playground(CharTokenizer(), b, e, text_every=0.0, plot_every=0.0)
+    out = pg.run("Say: ", 64)
+    assert out["identical"] is False
+    assert out["divergence"] == {"index": 6, "baseline_margin": margin, "method_margin": 2.5,
+                                 "near_tie": label != "mismatch", "tolerance": 2.0, "label": label, "dtype": "bf16"}
+    stats = list(pg.stream("Say: ", *ARGS))[-1][OUTPUTS.index("stats")]
+    assert "at token 7" in stats and "class=\"why\"" in stats
+    assert ("numerical near tie (bf16)" in stats) == (label != "mismatch")
+    assert ("✗ mismatch" in stats) == (label == "mismatch")
+
+
+def test_identical_greedy_run_keeps_the_plain_badge_and_no_divergence():
+    pg, _, _ = make()
+    assert pg.run("Say: ", 64)["divergence"] is None
+    stats = list(pg.stream("Say: ", *ARGS))[-1][OUTPUTS.index("stats")]
+    assert "token-identical" in stats and "near tie" not in stats

@@ -129,6 +129,24 @@ def test_empty_pieces_get_a_visible_marker_class():
     assert 'class="tok d1 empty"' in html
 
 
+def test_divergence_badge_labels_a_near_tie_and_a_mismatch():
+    """Issue 15: a planted near tie (margin 0.125 at a top logit of 20 in bf16) and a planted real mismatch (both
+    margins 3.0) get their labels, the token number, both margins and the explanation."""
+    from core.exactness import classify
+
+    base, other = [1, 2, 3, 4], [1, 2, 9, 4]
+    tie = classify(base, other, [1, 1, 0.125, 1], [1, 1, 0.5, 1], [20.0] * 4, [20.0] * 4, "bfloat16")
+    bug = classify(base, other, [1, 1, 3.0, 1], [1, 1, 3.0, 1], [20.0] * 4, [20.0] * 4, "bfloat16")
+    html = identical_badge(base, other, greedy=True, complete=True, divergence=tie, dtype="bf16")
+    assert "numerical near tie (bf16) at token 3" in html and "badge tie" in html and "<details" in html
+    assert "0.125 (baseline) vs 0.5 (EAGLE-2)" in html and "tolerance 2 = 16 bf16 ulps" in html
+    assert "round differently" in html
+    html = identical_badge(base, other, greedy=True, complete=True, divergence=bug, dtype="bf16")
+    assert "✗ mismatch at token 3" in html and "badge bad" in html and "bug" in html and "near tie" not in html
+    assert "differ at token 3" in identical_badge(base, other, greedy=True, complete=True)  # no record: plain
+    assert "token-identical" in identical_badge(base, base, greedy=True, complete=True, divergence=None)
+
+
 def test_identical_badge():
     assert "token-identical" in identical_badge([1, 2, 3], [1, 2, 3], greedy=True, complete=True)
     assert "differ at token 2" in identical_badge([1, 2, 3], [1, 5, 3], greedy=True, complete=True)
