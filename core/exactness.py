@@ -18,8 +18,9 @@ NEAR_TIE_ULPS = 16 ulps at max(|l_baseline|, |l_method|):
 Otherwise it is a "mismatch", which would be a bug. Why 16: a flip needs the two runs' values of
 (l_a - l_b) for the two competing tokens to differ by at least m_baseline + m_method, so min(m) is at most half the
 largest change rounding makes to a logit difference. On the packaged Gemma 3 270M in bf16 (sourdough prompt of the
-README, default tree), at the positions before the divergence the two runs' top-1 logits differed by at most 2 ulps
-and their top-2 margins by at most 16 ulps; half of that is 8, and 16 leaves a factor of two. In fp32 the bound is
+README, default tree), at the 8 positions before the divergence the two runs' top-1 logits differed by at most 2
+ulps and their top-2 margins by at most 16 ulps; half of that is 8, and 16 leaves a factor of two. That is one
+prompt's evidence: the bench's `unexplained_mismatches` over 30 prompts is the wider check. In fp32 the bound is
 ~3e-5 at logits of 30, so fp32 runs, which match token for token, would flag any real divergence as a mismatch.
 """
 from __future__ import annotations
