@@ -22,13 +22,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--max-new-tokens-cap", type=int, default=1024, help="per-request cap on new tokens")
     p.add_argument("--max-prompt-tokens", type=int, default=4096, help="per-request cap on prompt tokens")
+    p.add_argument("--request-seconds", type=float, default=300.0, help="wall-clock budget of one request")
+    p.add_argument("--queue-size", type=int, default=32, help="requests waiting at most; more are told 'Queue is full'")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
     p.add_argument("--tree", default=None, help="'auto' (measure this machine at start-up) or T,D,K for the defaults")
     p.add_argument("--prompt-mode", default="auto", choices=["auto", "raw", "chat"], help="auto: chat if templated")
     p.add_argument("--system", default=None, help="system prompt for chat mode")
     args = p.parse_args(argv)
-    if min(args.max_new_tokens_cap, args.max_prompt_tokens) < 1:
-        p.error("--max-new-tokens-cap and --max-prompt-tokens must be at least 1")
+    if min(args.max_new_tokens_cap, args.max_prompt_tokens, args.queue_size) < 1:
+        p.error("--max-new-tokens-cap, --max-prompt-tokens and --queue-size must be at least 1")
+    if not 0 < args.request_seconds < float("inf"):
+        p.error("--request-seconds must be a positive number")
     return args
 
 
@@ -37,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phone-home calls (offline machines)
     logging.basicConfig(level=args.log_level, format="[eagle-playground] %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # Gradio's own start-up probes
-    from app.handlers import auto_or_parse, warm_up
+    from app.handlers import Limits, auto_or_parse, warm_up
     from app.ui import build_demo, serve
     from core.pipeline import build_decoders
 
@@ -52,7 +56,8 @@ def main(argv: list[str] | None = None) -> None:
     info = f"Target **{target.name}** · {target.device.type} · {str(target.dtype).removeprefix('torch.')}"
     demo = build_demo(tok, baseline, eagle, info=info + (f" · head `{args.head}`" if args.head else ""),
                       max_new_tokens=args.max_new_tokens_cap, max_prompt_tokens=args.max_prompt_tokens, tree=tree,
-                      prompt_mode=args.prompt_mode, system=args.system)
+                      prompt_mode=args.prompt_mode, system=args.system,
+                      limits=Limits(seconds=args.request_seconds, queue=args.queue_size))
     url = serve(demo, args.host, args.port, args.share)
     print(f"[eagle-playground] ready at {url}", flush=True)
     demo.block_thread()

@@ -8,10 +8,13 @@ has used less compute time so far (sum of StepEvent.step_ms, measured inside cor
 what each method produced in the same compute time, so each grows at its true speed and UI work never enters a
 measurement. (No `from __future__ import annotations` here: gr.api reads the /run signature's real types.)
 """
+import dataclasses
+import html
 import json
 import logging
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import gradio as gr
@@ -44,12 +47,55 @@ _TREE = TreeConfig()  # defaults shown in the UI and used by /run
 log = logging.getLogger("eagle_playground.requests")
 
 
-def oom_errors() -> tuple[type[BaseException], ...]:
-    """Out-of-memory exception types: MemoryError plus torch's (CUDA/MPS) OutOfMemoryError when it exists."""
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask for, at every door: the UI's sliders are built from these maxima and the UI's event
+    and `/run` validate against them in one place (Gradio range-checks sliders only for the UI's own endpoint;
+    gr.api inputs arrive unchecked). Core's own limits are wider; these keep one request to minutes of CPU."""
+
+    max_new_tokens: int = MAX_NEW_TOKENS
+    prompt_tokens: int = MAX_PROMPT_TOKENS
+    prompt_chars: int = 65_536  # checked before tokenizing: a many-megabyte prompt never reaches the tokenizer
+    total_tokens: int = 128  # tree nodes verified per step, root included
+    depth: int = 12
+    top_k: int = 16
+    lookup: int = 32
+    temperature: float = 2.0
+    top_p_min: float = 0.05
+    seconds: float = 300.0  # wall-clock budget of one request's decoding; past it both methods stop cleanly
+    queue: int = 32  # requests waiting at most (demo.queue(max_size=...)); more are told the server is busy
+
+
+def user_error(message: str, title: str) -> gr.Error:
+    """An expected, user-caused error: shown to that user (as text: Gradio renders messages as HTML) and logged as
+    one line by the handler, without the traceback Gradio prints for faults."""
+    return gr.Error(html.escape(message, quote=False), title=title, print_exception=False)
+
+
+def short(value: object, n: int = 40) -> str:
+    """repr() of a user value cut to n characters, so an error message stays one short line."""
+    r = repr(value)
+    return r if len(r) <= n else r[: n - 3] + "..."
+
+
+OOM_TEXT = ("out of memory", "can't allocate memory", "not enough memory", "failed to allocate memory")
+
+
+def is_oom(e: BaseException) -> bool:
+    """MemoryError, torch's OutOfMemoryError (CUDA/MPS), or the plain RuntimeError torch raises when the CPU
+    allocator fails ("DefaultCPUAllocator: can't allocate memory: you tried to allocate ..." / "not enough memory")."""
     import torch
 
     oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
-    return (MemoryError,) + ((oom,) if oom else ())
+    if isinstance(e, MemoryError) or (oom is not None and isinstance(e, oom)):
+        return True
+    return isinstance(e, RuntimeError) and any(t in str(e).lower() for t in OOM_TEXT)
+
+
+def log_rejected(endpoint: str, model: str, message: str) -> None:
+    """One JSON line for a request refused at the input boundary (no traceback: the user's mistake, not a fault)."""
+    log.info(json.dumps({"event": "request", "endpoint": endpoint, "model": model, "outcome": "rejected",
+                         "error": message[:200]}, ensure_ascii=True))
 
 
 def log_request(endpoint: str, record, seconds: float, outcome: str, error: str = "") -> None:
@@ -84,7 +130,7 @@ def race(gens: dict[str, Iterator[StepEvent]]) -> Iterator[tuple[str, StepEvent]
 def as_int(name: str, value: object) -> int:
     """Accept ints and integral floats (sliders and JSON clients send 128.0); reject the rest with a message."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a whole number, got {value!r}")
+        raise ValueError(f"{name} must be a whole number, got {short(value)}")
     if isinstance(value, float) and not value.is_integer():
         raise ValueError(f"{name} must be a whole number, got {value}")
     return int(value)
@@ -92,20 +138,33 @@ def as_int(name: str, value: object) -> int:
 
 def as_float(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number, got {value!r}")
+        raise ValueError(f"{name} must be a number, got {short(value)}")
     return float(value)
 
 
+def within(name: str, value: int, low: int, high: int) -> int:
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
 def make_config(max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup=_TREE.lookup,
-                cap: int = MAX_NEW_TOKENS) -> DecodeConfig:
-    """UI values -> DecodeConfig; raises ValueError with a user-readable message (core validates ranges)."""
-    n = as_int("max new tokens", max_new_tokens)
-    if not 1 <= n <= cap:
-        raise ValueError(f"max new tokens must be between 1 and {cap}, got {n}")
-    sampling = SamplingConfig(temperature=as_float("temperature", temperature), top_p=as_float("top-p", top_p),
-                              seed=as_int("seed", seed))
-    tree = TreeConfig(total_tokens=as_int("tree total tokens", total_tokens), depth=as_int("tree depth", depth),
-                      top_k=as_int("tree top-k", top_k), lookup=as_int("context lookup", lookup))
+                cap: int = MAX_NEW_TOKENS, limits: Limits | None = None) -> DecodeConfig:
+    """UI values -> DecodeConfig within `limits` (the UI's maxima; `cap` overrides max new tokens); raises
+    ValueError with a user-readable message. Core then checks types, finiteness and its own wider ranges."""
+    lim = limits or Limits()
+    n = within("max new tokens", as_int("max new tokens", max_new_tokens), 1, cap)
+    t, top_p = as_float("temperature", temperature), as_float("top-p", top_p)
+    if t > lim.temperature:
+        raise ValueError(f"temperature must be in [0, {lim.temperature:g}], got {t:g}")
+    if top_p < lim.top_p_min and top_p > 0:
+        raise ValueError(f"top_p must be in [{lim.top_p_min:g}, 1], got {top_p:g}")
+    sampling = SamplingConfig(temperature=t, top_p=top_p, seed=as_int("seed", seed))
+    tree = TreeConfig(
+        total_tokens=within("total_tokens", as_int("tree total tokens", total_tokens), 1, lim.total_tokens),
+        depth=within("depth", as_int("tree depth", depth), 1, lim.depth),
+        top_k=within("top_k", as_int("tree top-k", top_k), 1, lim.top_k),
+        lookup=within("lookup", as_int("context lookup", lookup), 0, lim.lookup))
     return DecodeConfig(max_new_tokens=n, sampling=sampling, tree=tree)
 
 
@@ -136,13 +195,18 @@ class Playground:
     """The loaded tokenizer and decoders bound to the app's event functions."""
 
     def __init__(self, tokenizer, baseline, eagle, *, text_every: float = 0.1, plot_every: float = 0.5,
-                 charts_every: float = 2.0, max_new_tokens: int = MAX_NEW_TOKENS,
-                 max_prompt_tokens: int = MAX_PROMPT_TOKENS, prompt_mode: str = "auto", system: str | None = None):
+                 charts_every: float = 2.0, max_new_tokens: int | None = None,
+                 max_prompt_tokens: int | None = None, prompt_mode: str = "auto", system: str | None = None,
+                 limits: Limits | None = None):
         self.tok, self.baseline, self.eagle = tokenizer, baseline, eagle
         self.mode = resolve_prompt_mode(tokenizer, prompt_mode)  # 'chat' (user turn) or 'raw'; shown in the UI
         self.system = system
         self.text_every, self.plot_every, self.charts_every = text_every, plot_every, charts_every
-        self.cap, self.prompt_cap = max_new_tokens, max_prompt_tokens
+        lim = limits or Limits()
+        self.limits = dataclasses.replace(lim, max_new_tokens=max_new_tokens or lim.max_new_tokens,
+                                          prompt_tokens=max_prompt_tokens or lim.prompt_tokens)
+        self.cap, self.prompt_cap = self.limits.max_new_tokens, self.limits.prompt_tokens
+        self.queue = None  # the app's gradio Queue, set by build_demo: lets a request notice its client has gone
         target = getattr(baseline, "target", None)
         self.model = str(getattr(target, "name", "") or type(target).__name__ if target is not None else "unknown")
         self.dtype = getattr(target, "dtype", "float32")  # the near-tie tolerance of a divergence (core/exactness.py)
@@ -172,37 +236,86 @@ class Playground:
             for g in gens.values():
                 g.close()  # runs the decoders' finally blocks: caches freed now, not at garbage collection
 
-    def _steps(self, record: RunRecord, cfg: DecodeConfig) -> Iterator[tuple[str, StepEvent]]:
-        """The race for one request; the Stop button flips record.stop, which the decoders check after every step.
-        (On ZeroGPU the race runs in a forked worker that cannot see the flag; Stop then cancels the event.)"""
-        should_stop = None if self.zero_gpu else (lambda: record.stop)
-        return self._race(record.prompt_ids, cfg, should_stop)
+    def _steps(self, record: RunRecord, cfg: DecodeConfig,
+               gone: Callable[[], bool] = lambda: False) -> Iterator[tuple[str, StepEvent]]:
+        """The race for one request. The decoders check after every step whether to stop: the Stop button flipped
+        record.stop, the client has gone (`gone`), or the request's wall-clock budget is spent, which sets
+        record.note. (On ZeroGPU the race runs in a forked worker that cannot see these; Stop then cancels the
+        event and the reservation's duration bounds the time.)"""
+        deadline = time.monotonic() + self.limits.seconds
+
+        def should_stop() -> bool:
+            if record.stop or gone():
+                return True
+            if time.monotonic() >= deadline:
+                record.note = (f"Stopped after the {self.limits.seconds:g} s time budget per request; the text and "
+                               "statistics so far are shown.")
+                return True
+            return False
+
+        return self._race(record.prompt_ids, cfg, None if self.zero_gpu else should_stop)
+
+    def client_gone(self, request: gr.Request | None, api_name: str) -> Callable[[], bool]:
+        """A check that turns true once the client of this queued request has disconnected or cancelled it.
+
+        Gradio marks a running event `alive = False` when its client's stream closes, and drops it from the active
+        jobs when it is cancelled; a plain (non-generator) function is never told either, so `/run` asks. This reads
+        Gradio's queue (no public API for it); when the event cannot be found (a direct call, another Gradio) the
+        check stays false and the request simply runs to its end or its time budget."""
+        session = getattr(request, "session_hash", None)
+        queue = self.queue
+        if queue is None or session is None:
+            return lambda: False
+
+        def active() -> list:
+            return [ev for job in list(getattr(queue, "active_jobs", None) or []) if job for ev in job]
+
+        mine = [ev for ev in active() if getattr(ev, "session_hash", None) == session
+                and getattr(getattr(ev, "fn", None), "api_name", None) == api_name]
+        if len(mine) != 1:
+            return lambda: False
+        event = mine[0]
+        return lambda: not getattr(event, "alive", True) or not any(ev is event for ev in active())
 
     # ---------------------------------------------------------------------------------- input boundary
 
     def prepare(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
-                lookup=_TREE.lookup):
-        """Validate inputs -> (fresh RunRecord, DecodeConfig); raises gr.Error with a clear message."""
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise gr.Error("Enter a prompt first.", title="Empty prompt")
+                lookup=_TREE.lookup, endpoint: str = "run"):
+        """Validate inputs -> (fresh RunRecord, DecodeConfig), the one input check of the UI's event and `/run`;
+        raises gr.Error with a clear one-line message (and logs one line) for anything outside self.limits."""
+        try:
+            return self._prepare(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
+                                 lookup)
+        except gr.Error as e:
+            log_rejected(endpoint, self.model, str(e))
+            raise
+
+    def _prepare(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup):
+        if not isinstance(prompt, str):
+            raise user_error(f"The prompt must be text, got {type(prompt).__name__}.", "Invalid prompt")
+        if len(prompt) > self.limits.prompt_chars:  # before strip() or the tokenizer touch a huge prompt
+            raise user_error(f"The prompt is {len(prompt)} characters; at most {self.limits.prompt_chars} are "
+                             "accepted.", "Prompt too long")
+        if not prompt.strip():
+            raise user_error("Enter a prompt first.", "Empty prompt")
         try:
             cfg = make_config(max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
-                              cap=self.cap)
+                              cap=self.cap, limits=self.limits)
         except ValueError as e:
-            raise gr.Error(str(e), title="Invalid setting") from None
+            raise user_error(str(e), "Invalid setting") from None
         try:
             ids = self.encode(prompt)
         except Exception as e:  # noqa: BLE001 - a tokenizer that refuses odd text (e.g. lone surrogates)
-            raise gr.Error(f"The prompt cannot be tokenized: {type(e).__name__}", title="Invalid prompt") from None
+            raise user_error(f"The prompt cannot be tokenized: {type(e).__name__}", "Invalid prompt") from None
         if not ids:
-            raise gr.Error("The prompt encodes to no tokens.", title="Empty prompt")
+            raise user_error("The prompt encodes to no tokens.", "Empty prompt")
         limit = self.prompt_cap
         max_pos = getattr(getattr(self.baseline, "target", None), "max_positions", None)
         if max_pos:
             limit = min(limit, max_pos - cfg.max_new_tokens - cfg.tree.reach - 1)
         if len(ids) > limit:
-            raise gr.Error(f"The prompt is {len(ids)} tokens; at most {max(limit, 0)} fit with these settings.",
-                           title="Prompt too long")
+            raise user_error(f"The prompt is {len(ids)} tokens; at most {max(limit, 0)} fit with these settings.",
+                             "Prompt too long")
         record = RunRecord(prompt=prompt, prompt_ids=ids, greedy=cfg.sampling.greedy, tree_depth=cfg.tree.depth,
                            model=self.model)
         return record, cfg
@@ -217,17 +330,22 @@ class Playground:
         except DecodeError as e:
             outcome, error = "error", str(e)
             raise gr.Error(str(e), title="Generation failed") from None
-        except oom_errors() as e:
-            outcome, error = "error", f"out of memory ({type(e).__name__})"
-            raise gr.Error("Out of memory for this request; try fewer new tokens or a shorter prompt.",
-                           title="Out of memory") from None
         except GeneratorExit:
             outcome = "stopped"
             raise
+        except Exception as e:
+            if not is_oom(e):
+                outcome, error = "error", type(e).__name__
+                raise
+            outcome, error = "error", f"out of memory ({type(e).__name__})"
+            raise gr.Error("Out of memory for this request; try fewer new tokens or a shorter prompt.",
+                           title="Out of memory", print_exception=False) from None
         except BaseException as e:
             outcome, error = "error", type(e).__name__
             raise
         finally:
+            if outcome == "ok" and record.note:
+                outcome = "timeout"
             if outcome == "ok" and record.stop:
                 outcome = "stopped"
             if outcome == "ok" and not (record.finished("baseline") and record.finished("eagle")):
@@ -237,17 +355,18 @@ class Playground:
     # ---------------------------------------------------------------------------------- UI events
 
     def stream(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
-               lookup=_TREE.lookup):
+               lookup=_TREE.lookup, request: gr.Request = None):
         """Run button: stream both panels as a race. Text refreshes at most every text_every s, the draft tree every
         plot_every s and the charts every charts_every s (plotly re-renders are what costs the browser most)."""
         record, cfg = self.prepare(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
-                                   lookup)
+                                   lookup, endpoint="stream")
+        gone = self.client_gone(request, "stream")
         det = {s: Detokenizer(self.tok, record.prompt_ids) for s in SIDES}
         yield self._view(record, det, running=True, tree=True, charts=True)
         last = dict.fromkeys(("text", "tree", "charts"), time.monotonic())
         every = {"text": self.text_every, "tree": self.plot_every, "charts": self.charts_every}
         with self.guarded("stream", record):
-            steps = self._steps(record, cfg)
+            steps = self._steps(record, cfg, gone)
             try:
                 for side, ev in steps:
                     getattr(record, side).append(ev)
@@ -261,10 +380,13 @@ class Playground:
                 steps.close()  # cancel / tab closed: both decoders' finally blocks free their caches now
         for d in det.values():
             d.flush()
+        if record.note:
+            gr.Warning(record.note)
         yield self._view(record, det, running=False, tree=True, charts=True, final=True)
 
     def finish(self, record: RunRecord | None):
-        """Stop button: ask the running request to stop after its current step, and show what it produced."""
+        """Stop button: ask the running request to stop after its current step, and show what it produced.
+        (After a run the state holds only its compact record, with no events: then there is nothing to stop.)"""
         if not record or not (record.baseline or record.eagle):
             return (gr.skip(),) * len(OUTPUTS)
         record.stop = True
@@ -277,13 +399,13 @@ class Playground:
 
     def show_step(self, record: RunRecord | None, step):
         """Step slider: the draft tree of verify step `step` (1-based) of the last request."""
-        steps = record.tree_steps if record else []
-        if not steps:
+        n = record.tree_count if record else 0
+        if not n:
             return tree_figure(None, self.label)
-        i = min(max(int(step or 1), 1), len(steps))
-        return tree_figure(steps[i - 1], self.label,
-                           title=f"Step {i} of {len(steps)}: {len(steps[i - 1].tree) - 1} drafted, "
-                                 f"{steps[i - 1].accepted_drafts} accepted + 1 target token")
+        i = min(max(int(step or 1), 1), n)
+        ev = record.tree_step(i - 1)
+        return tree_figure(ev, self.label, title=f"Step {i} of {n}: {len(ev.tree) - 1} drafted, "
+                                                 f"{ev.accepted_drafts} accepted + 1 target token")
 
     @staticmethod
     def _tree_title(steps: list[StepEvent], running: bool) -> str:
@@ -329,7 +451,8 @@ class Playground:
             slider = step_slider(0)
         else:
             slider = gr.skip()
-        return base, eagle, table, charts, tree, slider, record
+        # while running, the state holds the live record (Stop flips its flag); afterwards only its compact form
+        return base, eagle, table, charts, tree, slider, record.compact() if final else record
 
     def _divergence(self, record: RunRecord) -> Divergence | None:
         """Where greedy outputs part ways and whether a near tie explains it, from the recorded margins."""
@@ -339,15 +462,16 @@ class Playground:
 
     def run(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
             seed: int = 0, total_tokens: int = _TREE.total_tokens, depth: int = _TREE.depth,
-            top_k: int = _TREE.top_k, lookup: int = _TREE.lookup) -> dict:
+            top_k: int = _TREE.top_k, lookup: int = _TREE.lookup, request: gr.Request = None) -> dict:
         """Generate `prompt` with plain decoding and EAGLE-2; return both texts, whether the token ids are
         identical, each method's statistics and the speedup (EAGLE-2 tokens/s over baseline tokens/s). At T = 0,
         `divergence` says where outputs that differ part ways (index, both top-2 margins, near_tie, tolerance,
-        label, dtype; core/exactness.py), else None."""
+        label, dtype; core/exactness.py), else None. `note` says why a run stopped early (the time budget per
+        request), else it is empty."""
         record, cfg = self.prepare(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
-                                   lookup)
+                                   lookup, endpoint="run")
         with self.guarded("run", record):
-            steps = self._steps(record, cfg)
+            steps = self._steps(record, cfg, self.client_gone(request, "run"))
             try:
                 for side, ev in steps:
                     getattr(record, side).append(ev)
@@ -368,6 +492,7 @@ class Playground:
             "baseline": stats["baseline"].as_dict(),
             "eagle": stats["eagle"].as_dict(),
             "speedup": e / b if b else 0.0,
+            "note": record.note,
         }
 
 

@@ -190,8 +190,8 @@ def identical_badge(base_ids: Sequence[int], eagle_ids: Sequence[int], greedy: b
     `divergence` (core/exactness.py, from the margins the decoders recorded) says whether a numerical near tie
     explains it."""
     if not greedy:
-        return ('<span class="badge neutral">sampling (T &gt; 0): outputs differ run to run; '
-                "EAGLE-2 keeps the target's distribution</span>")
+        return ('<span class="badge neutral">sampling (T &gt; 0): the seed fixes each output; the two methods draw '
+                "differently but from the target's own distribution</span>")
     n = min(len(base_ids), len(eagle_ids))
     first_diff = next((i for i in range(n) if base_ids[i] != eagle_ids[i]), None)
     if first_diff is not None:

@@ -10,14 +10,16 @@ from pathlib import Path
 
 import gradio as gr
 
-from app.handlers import MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, Playground
+from app.handlers import MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, Limits, Playground
 from app.plots import stats_figure, tree_figure
+from app.state import drop_record
 from core.config import TreeConfig
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 SANS = ("system-ui", "-apple-system", "Segoe UI", "Roboto", "Helvetica Neue", "Arial", "sans-serif")  # offline
 MONO = ("ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "DejaVu Sans Mono", "monospace")
 PLACEHOLDER = '<div class="gen-text placeholder">Press Run to generate.</div>'
+STATE_TTL_S = 1800  # a session's record expires 30 min after its last update (Gradio keeps a closed tab's 1 h)
 
 
 def load_examples() -> list[str]:
@@ -27,12 +29,15 @@ def load_examples() -> list[str]:
 
 
 def launch_options() -> dict:
-    """Arguments for demo.launch(): theme, CSS and the only folder served besides Gradio's own (static/)."""
+    """Arguments for demo.launch(): theme and CSS. The CSS is read and inlined by Gradio, and the page uses no other
+    file of static/, so no folder is served besides Gradio's own: static/ holds head weights and third-party
+    pages (static/heads/*/GEMMA_TERMS.html, a saved web page with scripts) that must not be served from the app's
+    origin. A future image for the page would be served as that one file (allowed_paths=[its path])."""
     return dict(
         theme=gr.themes.Default(primary_hue="indigo", secondary_hue="sky", neutral_hue="slate", font=SANS,
                                 font_mono=MONO),
         css_paths=[STATIC / "style.css"],
-        allowed_paths=[str(STATIC)],
+        allowed_paths=[],
     )
 
 
@@ -55,12 +60,14 @@ def serve(demo: gr.Blocks, host: str | None, port: int | None, share: bool) -> s
 def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str] | None = None,
                text_every: float = 0.1, plot_every: float = 0.5, max_new_tokens: int = MAX_NEW_TOKENS,
                max_prompt_tokens: int = MAX_PROMPT_TOKENS, tree: TreeConfig | None = None,
-               prompt_mode: str = "auto", system: str | None = None) -> gr.Blocks:
+               prompt_mode: str = "auto", system: str | None = None, limits: Limits | None = None) -> gr.Blocks:
     """Blocks wired to the given tokenizer and decoders; `info` is one markdown line (model, head, device).
-    prompt_mode 'auto' wraps prompts in the chat template when the tokenizer has one ('chat'), else 'raw'."""
+    prompt_mode 'auto' wraps prompts in the chat template when the tokenizer has one ('chat'), else 'raw'.
+    `limits` bounds every request (sliders and validation alike); max_new_tokens / max_prompt_tokens override it."""
     pg = Playground(tokenizer, baseline, eagle, text_every=text_every, plot_every=plot_every,
                     charts_every=max(2.0, 4 * plot_every), max_new_tokens=max_new_tokens,
-                    max_prompt_tokens=max_prompt_tokens, prompt_mode=prompt_mode, system=system)
+                    max_prompt_tokens=max_prompt_tokens, prompt_mode=prompt_mode, system=system, limits=limits)
+    lim = pg.limits
     tree_defaults = tree or TreeConfig()  # app.py --tree auto passes the measured choice of core/autotree.py
     examples = load_examples() if examples is None else examples
     note = getattr(eagle, "note", "")
@@ -80,7 +87,8 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
         with gr.Row(equal_height=True):
             prompt = gr.Textbox(label="Prompt (completion style: the model continues your text)" if pg.mode == "raw"
                                 else "Prompt (a user message to the chat model)", lines=3,
-                                max_lines=12, scale=5, elem_id="prompt", placeholder="Once upon a time")
+                                max_lines=12, scale=5, elem_id="prompt", placeholder="Once upon a time",
+                                max_length=lim.prompt_chars)
             with gr.Column(scale=1, min_width=150):
                 run = gr.Button("Run ▶", variant="primary", elem_id="run")
                 stop = gr.Button("Stop ■", variant="stop", elem_id="stop")
@@ -89,22 +97,24 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
                         examples_per_page=12)
         with gr.Accordion("Settings", open=False, elem_id="settings"):
             with gr.Row():
-                max_new = gr.Slider(1, max_new_tokens, value=min(128, max_new_tokens), step=1, label="Max new tokens",
-                                    elem_id="max-new-tokens")
-                temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature",
+                max_new = gr.Slider(1, lim.max_new_tokens, value=min(128, lim.max_new_tokens), step=1,
+                                    label="Max new tokens", elem_id="max-new-tokens")
+                temperature = gr.Slider(0.0, lim.temperature, value=0.0, step=0.05, label="Temperature",
                                         info="0 = greedy: both outputs must be token-identical",
                                         elem_id="temperature")
-                top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p", elem_id="top-p")
+                top_p = gr.Slider(lim.top_p_min, 1.0, value=1.0, step=0.05, label="Top-p", elem_id="top-p")
                 seed = gr.Number(value=0, precision=0, minimum=0, label="Seed", elem_id="seed")
             with gr.Row():
-                total_tokens = gr.Slider(1, 128, value=tree_defaults.total_tokens, step=1,
+                total_tokens = gr.Slider(1, lim.total_tokens, value=min(tree_defaults.total_tokens, lim.total_tokens),
+                                         step=1,
                                          label="Tree: total tokens", info="nodes verified per step, root included",
                                          elem_id="tree-total")
-                depth = gr.Slider(1, 12, value=tree_defaults.depth, step=1, label="Tree: depth",
+                depth = gr.Slider(1, lim.depth, value=min(tree_defaults.depth, lim.depth), step=1, label="Tree: depth",
                                   info="draft levels below the root", elem_id="tree-depth")
-                top_k = gr.Slider(1, 16, value=tree_defaults.top_k, step=1, label="Tree: top-k",
+                top_k = gr.Slider(1, lim.top_k, value=min(tree_defaults.top_k, lim.top_k), step=1, label="Tree: top-k",
                                   info="children per expanded node", elem_id="tree-top-k")
-                lookup = gr.Slider(0, 32, value=tree_defaults.lookup, step=1, label="Context lookup",
+                lookup = gr.Slider(0, lim.lookup, value=min(tree_defaults.lookup, lim.lookup), step=1,
+                                   label="Context lookup",
                                    info="tokens copied from earlier text into the tree (0 = head only)",
                                    elem_id="tree-lookup")
         with gr.Row():
@@ -127,19 +137,24 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
                          label="Draft tree of verify step (scrub after the run)")
         with gr.Accordion("How it works", open=False, elem_id="how-it-works"):
             gr.Markdown((STATIC / "intro.md").read_text(encoding="utf-8"), latex_delimiters=[])
-        state = gr.State(None)
+        state = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=drop_record)
 
         # ------------------------------------------------------------------------------------ listeners
         inputs = [prompt, max_new, temperature, top_p, seed, total_tokens, depth, top_k, lookup]
         outputs = [base_out, eagle_out, stats, charts, tree, step, state]
+        # preprocess=False: the raw values reach Playground.prepare, the one validation path this event shares
+        # with /run (same maxima, same messages; Gradio's own slider checks would answer some bad values with a
+        # generic "the app has raised an exception")
         run_event = run.click(pg.stream, inputs, outputs, api_name="stream", api_visibility="undocumented",
                               concurrency_limit=1, concurrency_id="device", show_progress="minimal",
-                              show_progress_on=[base_out, eagle_out])
+                              show_progress_on=[base_out, eagle_out], preprocess=False)
         stop.click(pg.finish, [state], outputs, cancels=[run_event], queue=False, api_visibility="private")
         step.input(pg.show_step, [state, step], [tree], trigger_mode="always_last", show_progress="hidden",
                    api_visibility="private")
         gr.api(pg.run, api_name="run", concurrency_limit=1, concurrency_id="device",
                api_description="Generate the prompt with plain decoding and EAGLE-2; returns both texts, "
                                "token-identity, per-method statistics and the speedup.")
-    demo.queue(default_concurrency_limit=1)
+    # a full queue answers "Queue is full" (HTTP 503; gradio_client raises QueueError) instead of growing forever
+    demo.queue(default_concurrency_limit=1, max_size=lim.queue)
+    pg.queue = getattr(demo, "_queue", None)  # lets a running request notice that its client has gone
     return demo

@@ -48,7 +48,11 @@ def test_stream_yields_every_output_and_ends_with_full_results():
     assert "token-identical" in stats and "speedup" in stats
     assert isinstance(charts, go.Figure) and isinstance(tree, go.Figure)
     assert isinstance(slider, gr.Slider) and slider.maximum == 4 and slider.interactive
-    assert isinstance(record, RunRecord) and record.ids("eagle") == record.ids("baseline") == [ord(c) for c in TEXT]
+    live = outs[0][-1]  # the record the state held while running
+    assert isinstance(live, RunRecord) and live.ids("eagle") == live.ids("baseline") == [ord(c) for c in TEXT]
+    # afterwards the state keeps only the compact record: the slider's trees, no prompt, no events
+    assert isinstance(record, RunRecord) and record.tree_count == 4 and not (record.baseline or record.eagle)
+    assert record.prompt == "" and record.prompt_ids == []
     assert b.calls[0][0] == [ord(c) for c in "Say: "] and b.calls[0][1].max_new_tokens == 64
 
 

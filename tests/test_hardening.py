@@ -1,12 +1,16 @@
-"""Hardening: bad input at every boundary (the /run API of a launched app, the generate / bench / train CLIs) gets a
-clear one-line error while the app keeps serving; odd unicode works; NaN from a broken head and out-of-memory stop
-one request only; one JSON log line per request without the prompt; safe-loading defaults."""
+"""Hardening: bad input at every boundary (the UI's event and the /run API of a launched app, the generate / bench /
+train CLIs) gets a clear one-line error within 5 s while the app keeps serving; odd unicode works; NaN from a broken
+head and out-of-memory (CPU too) stop one request only; a wall-clock budget per request; a /run whose client has
+gone stops; only the files the page needs are served; the session state is small and expires; one JSON log line per
+request without the prompt and no traceback for a user's mistake; safe-loading defaults."""
 from __future__ import annotations
 
 import json
 import logging
 import math
 import os
+import pickle
+import time
 from pathlib import Path
 
 import gradio as gr
@@ -17,10 +21,11 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from gradio_client import Client  # noqa: E402
 
-from app.handlers import Playground  # noqa: E402
+from app.handlers import Limits, Playground  # noqa: E402
+from app.state import RunRecord, drop_record  # noqa: E402
 from app.ui import STATIC, build_demo, launch_options  # noqa: E402
 from core.config import DecodeConfig, DecodeError  # noqa: E402
-from fakes import ReplayDecoder, baseline_events, tiny_stack  # noqa: E402
+from fakes import Paced, ReplayDecoder, baseline_events, tiny_stack  # noqa: E402
 
 PROMPT = "Once upon a time"
 CAP_NEW, CAP_PROMPT = 64, 48
@@ -34,6 +39,7 @@ def server(tmp_path_factory):
     demo = build_demo(tok, baseline, eagle, max_new_tokens=CAP_NEW, max_prompt_tokens=CAP_PROMPT)
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **launch_options())
     client = Client(url, verbose=False)
+    client.url = url
     yield client
     client.close()
     demo.close()
@@ -71,13 +77,57 @@ API_BAD = [
     (args(lookup=-1), "lookup must be between"),
     (args(lookup=65), "lookup must be between"),
     (args(lookup="many"), "context lookup must be a whole number"),
+    # oversized tree settings: /run is held to the UI's slider maxima (Gradio checks those only for the UI event)
+    (args(total_tokens=129), "total_tokens must be between 1 and 128"),
+    (args(total_tokens=512), "total_tokens must be between 1 and 128"),
+    (args(depth=13), "depth must be between 1 and 12"),
+    (args(depth=32), "depth must be between 1 and 12"),
+    (args(top_k=17), "top_k must be between 1 and 16"),
+    (args(top_k=64), "top_k must be between 1 and 16"),
+    (args(lookup=33), "lookup must be between 0 and 32"),
+    (args(temperature=2.5), r"temperature must be in \[0, 2\]"),
+    (args(temperature=10.0), r"temperature must be in \[0, 2\]"),
+    (args(top_p=0.01), r"top_p must be in \[0.05, 1\]"),
+    (args(max_new_tokens=10**12), "max new tokens must be between 1 and 64"),
+    (args(seed=2**70), "seed must be between"),
+    (args(max_new_tokens=[8]), "whole number"),
+    (args(total_tokens={"n": 8}), "tree total tokens must be a whole number"),
+    # tiny temperatures: scaled logits would overflow into NaN probabilities
+    (args(temperature=1e-38), r"temperature must be 0 \(greedy\) or at least 0.001"),
+    (args(temperature=1e-45), r"temperature must be 0 \(greedy\) or at least 0.001"),
+    (args(temperature=5e-4), r"temperature must be 0 \(greedy\) or at least 0.001"),
+    # huge and binary prompts: refused by length before the tokenizer sees them, or as not text
+    (args(prompt="x" * 70_000), "characters; at most 65536"),
+    (args(prompt="é" * 3_000_000), "characters; at most 65536"),
+    (args(prompt="".join(map(chr, range(256))) * 300), "characters; at most 65536"),
+    (args(prompt=[104, 105]), "The prompt must be text"),
+    (args(prompt=None), "The prompt must be text"),
+    (args(prompt=12345), "The prompt must be text"),
 ]
+ENDPOINTS = ("/run", "/stream")  # the API and the UI's own event: one validation path, the same maxima
 
 
+def message(e: BaseException) -> str:
+    return str(e).strip()
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
 @pytest.mark.parametrize("inputs,pattern", API_BAD, ids=[f"api{i}" for i in range(len(API_BAD))])
-def test_api_rejects_bad_input_and_keeps_serving(server, inputs, pattern):
-    with pytest.raises(Exception, match=pattern):
-        server.predict(*inputs, api_name="/run")
+def test_api_rejects_bad_input_and_keeps_serving(server, endpoint, inputs, pattern):
+    t0 = time.perf_counter()
+    with pytest.raises(Exception, match=pattern) as e:
+        server.predict(*inputs, api_name=endpoint)
+    assert time.perf_counter() - t0 < 5.0
+    assert "\n" not in message(e.value) and len(message(e.value)) < 200, message(e.value)
+
+
+def test_bad_input_table_is_large_enough():
+    assert len(API_BAD) * len(ENDPOINTS) + len(CLI_BAD) >= 40
+
+
+def test_binary_prompt_within_the_cap_works(server):
+    out = server.predict(*args(prompt="".join(map(chr, range(1, 256, 12))), max_new_tokens=4), api_name="/run")
+    assert out["identical"] is True and len(out["eagle_token_ids"]) == 4
 
 
 @pytest.mark.parametrize("prompt", ["<bos><eos>", "a\u0000b", "שלום עולם مرحبا", "🦅🚀 emoji \u200d zwj",
@@ -182,6 +232,16 @@ CLI_BAD = [
     ("train", ["--out", "{root}/t", "--lr", "nan"], "--lr must be a positive finite number"),
     ("train", ["--out", "{root}/t", "--batch", "0"], "--batch must be >= 1"),
     ("train", ["--out", "{root}/t", "--sample-share", "1.5"], "--sample-share must be in"),
+    ("generate", gen_argv("--temperature", "1e-40"), "temperature must be 0 (greedy) or at least 0.001"),
+    ("generate", gen_argv("--temperature", "1e-37"), "temperature must be 0 (greedy) or at least 0.001"),
+    ("generate", gen_argv("--total-tokens", "100000"), "total_tokens must be between"),
+    ("generate", gen_argv("--lookup", "1000"), "lookup must be between"),
+    ("bench", ["--questions", "{root}/q.jsonl", "--max-new-tokens", "4", "--temperature", "1e-38", "--json", "x"],
+     "temperature must be 0 (greedy) or at least 0.001"),
+    ("bench", ["--questions", "{root}/q.jsonl", "--max-new-tokens", "4", "--tree", "9999,99,99", "--json", "x"],
+     "total_tokens must be between"),
+    ("train", ["--out", "{root}/t", "--epochs", "0"], "--epochs must be a positive finite number"),
+    ("train", ["--out", "{root}/t", "--max-len", "0"], "--max-len must be >= 1"),
 ]
 
 
@@ -199,10 +259,12 @@ def cli_main(which: str):
 def test_cli_bad_input_one_line_nonzero_exit(tiny_loader, tiny_folders, capsys, which, argv, pattern):
     root, _ = tiny_folders
     argv = [a.replace("{root}", str(root)) for a in argv]
+    t0 = time.perf_counter()
     try:
         rc = cli_main(which)(argv)
     except SystemExit as e:  # argparse errors
         rc = e.code
+    assert time.perf_counter() - t0 < 5.0
     err = capsys.readouterr().err.strip()
     assert rc not in (0, None), err
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
@@ -265,7 +327,13 @@ class OOMDecoder(ReplayDecoder):
             self.closed = True
 
 
-@pytest.mark.parametrize("exc", [MemoryError(), torch.OutOfMemoryError("CUDA out of memory")])
+@pytest.mark.parametrize("exc", [
+    MemoryError(), torch.OutOfMemoryError("CUDA out of memory"),
+    RuntimeError("[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't allocate memory: you tried "
+                 "to allocate 34359738368 bytes. Error code 12 (Cannot allocate memory)"),
+    RuntimeError("[enforce fail at CPUAllocator.cpp:71] . DefaultCPUAllocator: not enough memory: you tried to "
+                 "allocate 1073741824 bytes."),
+], ids=["MemoryError", "cuda", "cpu-cant-allocate", "cpu-not-enough"])
 def test_out_of_memory_fails_alone_with_a_message(exc):
     from fakes import CharTokenizer
 
@@ -329,7 +397,7 @@ def test_app_flags_and_safe_defaults():
 
     assert gen_args(["--prompt", "x"]).trust_remote_code is False
     opts = launch_options()
-    assert opts["allowed_paths"] == [str(STATIC)]
+    assert opts["allowed_paths"] == []  # static/ is not served (it holds weights and third-party pages)
 
 
 def test_trust_remote_code_off_unless_asked(monkeypatch):
@@ -371,3 +439,216 @@ def test_app_start_failure_is_one_line():
     assert out.returncode != 0
     err = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(err) == 1 and err[0].startswith("[eagle-playground] error: unknown model 'no-such-model'")
+
+
+def test_other_runtime_errors_are_not_out_of_memory():
+    from fakes import CharTokenizer
+
+    pg = Playground(CharTokenizer(), ReplayDecoder("baseline", baseline_events("hi")), OOMDecoder(RuntimeError("boom")))
+    with pytest.raises(RuntimeError, match="boom"):
+        pg.run("hi", 8)
+
+
+# ------------------------------------------------------------------------------------------ round 2: doors and limits
+
+def test_static_folder_is_not_served(server):
+    """Only Gradio's own files are served: the head folder's saved third-party page (scripts inside) and the
+    weights next to it are refused, by the app's allowed paths and by a request to the running app."""
+    import httpx
+
+    terms = STATIC / "heads" / "gemma-3-270m" / "GEMMA_TERMS.html"
+    assert terms.exists()
+    for path in (terms, STATIC / "heads" / "gemma-3-270m" / "model.safetensors", STATIC / "style.css"):
+        for prefix in ("gradio_api/file=", "file="):
+            r = httpx.get(f"{server.url}{prefix}{path}", timeout=10)
+            assert r.status_code in (403, 404), (path, prefix, r.status_code)
+            assert "<script" not in r.text.lower()
+    assert httpx.get(server.url, timeout=10).status_code == 200  # the page itself still loads
+
+
+def test_prompt_length_is_checked_before_tokenizing():
+    class Spy:
+        all_special_ids: list = []
+        calls = 0
+
+        def encode(self, text):
+            Spy.calls += 1
+            return [1] * len(text)
+
+        def decode(self, ids, skip_special_tokens=True):
+            return ""
+
+    pg = Playground(Spy(), ReplayDecoder("baseline", []), ReplayDecoder("eagle2", []),
+                    limits=Limits(prompt_chars=1000))
+    with pytest.raises(gr.Error, match="1001 characters; at most 1000"):
+        pg.run("a" * 1001, 8)
+    assert Spy.calls == 0
+
+
+def test_expected_errors_log_one_line_and_no_traceback(server, capfd, caplog):
+    """A user's mistake is one log line (outcome 'rejected'), not a traceback; a real fault keeps its traceback."""
+    capfd.readouterr()
+    with caplog.at_level(logging.INFO, logger="eagle_playground.requests"):
+        with pytest.raises(Exception, match="Enter a prompt"):
+            server.predict(*args(prompt=""), api_name="/run")
+        with pytest.raises(Exception, match="depth must be"):
+            server.predict(*args(depth=99), api_name="/stream")
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "eagle_playground.requests"]
+    assert [(x["endpoint"], x["outcome"]) for x in lines] == [("run", "rejected"), ("stream", "rejected")]
+
+
+def test_a_real_fault_keeps_its_traceback(capfd):
+    from fakes import CharTokenizer
+
+    pg = Playground(CharTokenizer(), ReplayDecoder("baseline", baseline_events("hi")), OOMDecoder(KeyError("bug")))
+    demo = gr.Blocks()
+    with demo:
+        gr.api(pg.run, api_name="run")
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    try:
+        with pytest.raises(Exception):
+            Client(url, verbose=False).predict("hi", 4, api_name="/run")
+        assert "Traceback" in capfd.readouterr().err
+    finally:
+        demo.close()
+
+
+def slow_stack(pause: float = 0.05):
+    tok, b, e = tiny_stack()
+    return tok, Paced(b, pause), Paced(e, pause)
+
+
+def test_time_budget_stops_a_request_cleanly_with_a_note(caplog):
+    tok, b, e = slow_stack()
+    pg = Playground(tok, b, e, limits=Limits(seconds=0.5))
+    t0 = time.perf_counter()
+    with caplog.at_level(logging.INFO, logger="eagle_playground.requests"):
+        out = pg.run(PROMPT, 1000)
+    assert time.perf_counter() - t0 < 3.0
+    assert "0.5 s time budget" in out["note"] and 0 < len(out["baseline_token_ids"]) < 1000
+    assert json.loads(caplog.records[-1].getMessage())["outcome"] == "timeout"
+    final = list(pg.stream(PROMPT, 1000, 0.0, 1.0, 0, 16, 6, 6, 10))[-1]
+    assert "stopped" in final[0] and "time budget" in final[-1].note
+    assert Playground(*tiny_stack()).run(PROMPT, 6)["note"] == ""
+
+
+def test_state_keeps_only_the_compact_record_and_expires():
+    """After a run the session state holds packed trees only (no prompt, no events), it can still redraw every step,
+    and the gr.State has a time to live and a callback that stops a run whose state is dropped."""
+    tok, b, e = tiny_stack()
+    pg = Playground(tok, b, e, text_every=0.0, plot_every=0.0)
+    outs = list(pg.stream("the fox " * 20, 64, 0.0, 1.0, 0, 32, 6, 6, 10))
+    live, final = outs[1][-1], outs[-1][-1]
+    assert isinstance(final, RunRecord) and final is not live
+    assert not final.baseline and not final.eagle and final.prompt == "" and final.tree_count == len(live.tree_steps)
+    full, small = len(pickle.dumps(live)), len(pickle.dumps(final))
+    assert small < full / 4, (small, full)
+    assert final.tree_step(2).tree == live.tree_steps[2].tree  # the slider redraws the same tree
+    assert final.tree_step(2).accepted_path == live.tree_steps[2].accepted_path
+    drop_record(live)
+    assert live.stop
+    demo = build_demo(tok, b, e)
+    states = [c for c in demo.blocks.values() if isinstance(c, gr.State)]
+    assert len(states) == 1 and 0 < states[0].time_to_live <= 3600 and states[0].delete_callback is drop_record
+
+
+def test_sliders_use_the_same_maxima_as_validation():
+    tok, b, e = tiny_stack()
+    lim = Limits(total_tokens=40, depth=5, top_k=7, lookup=9, temperature=1.5)
+    demo = build_demo(tok, b, e, limits=lim)
+    maxima = {c.elem_id: c.maximum for c in demo.blocks.values() if isinstance(c, gr.Slider)}
+    assert maxima["tree-total"] == 40 and maxima["tree-depth"] == 5 and maxima["tree-top-k"] == 7
+    assert maxima["tree-lookup"] == 9 and maxima["temperature"] == 1.5
+    pg = Playground(tok, b, e, limits=lim)
+    for kw, msg in [(dict(total_tokens=41), "between 1 and 40"), (dict(depth=6), "between 1 and 5"),
+                    (dict(top_k=8), "between 1 and 7"), (dict(lookup=10), "between 0 and 9"),
+                    (dict(temperature=1.6), r"\[0, 1.5\]")]:
+        with pytest.raises(gr.Error, match=msg):
+            pg.run(PROMPT, 8, **{**dict(total_tokens=16, depth=3, top_k=4, lookup=5), **kw})
+    assert pg.run(PROMPT, 8, total_tokens=40, depth=5, top_k=7, lookup=9, temperature=1.5)["eagle"]["new_tokens"] == 8
+
+
+@pytest.fixture(scope="module")
+def slow_server(tmp_path_factory):
+    """An app whose decoders pause 50 ms a step, with a queue of at most 2 waiting requests."""
+    os.environ["GRADIO_TEMP_DIR"] = str(tmp_path_factory.mktemp("gradio_slow"))
+    tok, b, e = tiny_stack()
+    steps = {"n": 0}
+
+    class Counting(Paced):
+        def generate(self, prompt_ids, cfg, should_stop=None):
+            for ev in super().generate(prompt_ids, cfg, should_stop):
+                steps["n"] += 1
+                yield ev
+
+    demo = build_demo(tok, Counting(b, 0.05), Counting(e, 0.05), limits=Limits(queue=2, max_new_tokens=1000))
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **launch_options())
+    yield url, steps
+    demo.close()
+
+
+def wait_for(cond, timeout: float = 20.0) -> bool:
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def test_run_stops_when_its_client_cancels(slow_server):
+    url, steps = slow_server
+    client = Client(url, verbose=False)
+    job = client.submit(PROMPT, 1000, 0.0, 1.0, 0, 16, 6, 6, 10, api_name="/run")
+    assert wait_for(lambda: steps["n"] >= 6)
+    job.cancel()
+    time.sleep(1.0)
+    n = steps["n"]
+    time.sleep(1.0)
+    assert steps["n"] == n and n < 1000  # nothing keeps decoding for a client that has gone
+    assert client.predict(PROMPT, 4, api_name="/run")["identical"] is True
+    client.close()
+
+
+def test_run_stops_when_its_client_process_dies(slow_server):
+    """A client process killed mid-run: Gradio sees its stream close and marks the event dead; /run stops."""
+    import subprocess
+    import sys
+
+    url, steps = slow_server
+    code = ("from gradio_client import Client; import time; c = Client(%r, verbose=False); "
+            "c.submit('Once upon a time', 1000, api_name='/run'); time.sleep(60)" % url)
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        start = steps["n"]
+        assert wait_for(lambda: steps["n"] >= start + 6, 60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert wait_for(lambda: (lambda n: (time.sleep(0.5), steps["n"] == n)[1])(steps["n"]), 30)
+    assert steps["n"] - start < 1000
+
+
+def test_a_full_queue_answers_busy_and_the_app_recovers(slow_server):
+    url, _ = slow_server
+    clients = [Client(url, verbose=False) for _ in range(6)]
+    jobs, busy = [], 0
+    for c in clients:
+        try:
+            jobs.append(c.submit(PROMPT, 40, api_name="/run"))
+        except Exception as e:  # noqa: BLE001
+            assert "Queue is full" in str(e)
+            busy += 1
+    results = []
+    for j in jobs:
+        try:
+            results.append(j.result(timeout=60))
+        except Exception as e:  # noqa: BLE001 - a full queue can also be reported on the job
+            assert "Queue is full" in str(e), str(e)
+            busy += 1
+    assert busy >= 1 and results and all(r["identical"] for r in results)
+    assert clients[0].predict(PROMPT, 4, api_name="/run")["identical"] is True
+    for c in clients:
+        c.close()

@@ -74,7 +74,7 @@ def test_head_note_and_intro_are_shown(demo):
 def test_static_assets_and_launch_options():
     opts = launch_options()
     assert [Path(p) for p in opts["css_paths"]] == [STATIC / "style.css"]
-    assert opts["allowed_paths"] == [str(STATIC)]
+    assert opts["allowed_paths"] == []  # static/ is not served (it holds weights and third-party pages)
     css = (STATIC / "style.css").read_text()
     for cls in [".tok.d0", ".tok.d1", ".tok.d12", "white-space: pre-wrap"]:
         assert cls in css
