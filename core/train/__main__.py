@@ -36,11 +36,21 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also train on the shards in DIR (e.g. an earlier round's OUT/shards); repeatable")
     p.add_argument("--max-len", type=int, default=768, help="tokens per training sequence (longer ones are cut)")
     p.add_argument("--sample-share", type=float, default=0.3, help="share of batches sampled at T=1 (rest greedy)")
+    p.add_argument("--prefill-share", type=float, default=0.0,
+                   help="share of prompts taken as text by one teacher-forced forward instead of being continued by "
+                        "the target (cheap off-policy volume; 0 = every prompt is generated on-policy)")
+    p.add_argument("--reprefill", action="append", default=[], metavar="DIR",
+                   help="also take the token ids of the shards in DIR (an earlier run's prompts + continuations) and "
+                        "compute fresh features for them (e.g. EAGLE-3 taps); repeatable")
+    p.add_argument("--head-type", choices=("eagle", "eagle3"), default="eagle",
+                   help="eagle: EAGLE-1/2 head (feature + token loss); eagle3: fused layer taps, own LM head, TTT")
+    p.add_argument("--snapshots", type=int, default=0,
+                   help="keep N heads along the way and measure tau of each at T=0 (a curve of tau against data)")
     p.add_argument("--chat", action="store_true", help="wrap prompts in the model's chat template")
     p.add_argument("--draft-vocab", type=int, default=16384, help="draft vocabulary size (0 = full)")
     p.add_argument("--epochs", type=float, default=2.0)
     p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--ttt-steps", type=int, default=3)
+    p.add_argument("--ttt-steps", type=int, default=None, help="unrolled steps (default 3 for eagle, 7 for eagle3)")
     p.add_argument("--p-weight", type=float, default=0.1, help="weight of the soft cross-entropy vs feature loss")
     p.add_argument("--tokens-per-batch", type=int, default=4096)
     p.add_argument("--eval-questions", default=str(DATA / "spec_bench_questions.jsonl"))
@@ -58,23 +68,29 @@ def check_args(a: argparse.Namespace) -> str | None:
     """Range checks before anything loads; the first problem as one line, else None."""
     import math
 
+    if a.ttt_steps is None:
+        a.ttt_steps = 7 if a.head_type == "eagle3" else 3
+    if a.head_type == "eagle3" and a.ttt_steps < 5:
+        return f"--ttt-steps must be >= 5 for an EAGLE-3 head, got {a.ttt_steps}"
     for name in ("n_prompts", "batch", "max_prompt", "new_tokens", "max_text", "tokens_per_batch", "ttt_steps",
                  "max_len"):
         if getattr(a, name) < 1:
             return f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}"
     for name in ("n_text", "max_shards", "draft_vocab", "eval_per_category", "eval_max_new", "seed",
-                 "min_prompt_chars"):
+                 "min_prompt_chars", "snapshots"):
         if getattr(a, name) < 0:
             return f"--{name.replace('_', '-')} must be >= 0, got {getattr(a, name)}"
     for name in ("epochs", "lr"):
         v = getattr(a, name)
         if not math.isfinite(v) or v <= 0:
             return f"--{name.replace('_', '-')} must be a positive finite number, got {v}"
-    if not math.isfinite(a.sample_share) or not 0.0 <= a.sample_share <= 1.0:
-        return f"--sample-share must be in [0, 1], got {a.sample_share}"
-    for d in a.extra_shards:
+    for name in ("sample_share", "prefill_share"):
+        v = getattr(a, name)
+        if not math.isfinite(v) or not 0.0 <= v <= 1.0:
+            return f"--{name.replace('_', '-')} must be in [0, 1], got {v}"
+    for d in a.extra_shards + a.reprefill:
         if not list(Path(d).glob("shard_*.safetensors")):
-            return f"--extra-shards {d}: no shard_*.safetensors there"
+            return f"{d}: no shard_*.safetensors there (--extra-shards / --reprefill)"
     return None
 
 
@@ -85,10 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"core.train: error: {problem}", file=sys.stderr)
         return 2
     from core.config import TreeConfig
-    from core.draft_head import HeadConfig, init_head, load_head, save_head
+    from core.draft_head import HeadConfig, init_head, save_head
     from core.drafter import EagleDrafter
+    from core.eagle3_head import Eagle3Config, Eagle3Head, init_eagle3_head, save_eagle3_head
+    from core.heads import load_any_head
     from core.models import DEFAULT_MODEL, load_target
-    from core.train.data import build_shards, draft_vocab, load_shards, read_pool, token_counts
+    from core.train.data import (build_shards, draft_vocab, load_shards, read_pool, shard_counts,
+                                 token_counts)
     from core.train.evaluate import measure, sample_questions
     from core.train.fit import FitConfig, fit
 
@@ -101,28 +120,31 @@ def main(argv: list[str] | None = None) -> int:
         logf.flush()
 
     t0 = time.time()
+    eagle3 = a.head_type == "eagle3"
     target, tok = load_target(a.model, dtype=a.dtype)
-    log(f"target {target.name} {target.dtype}")
+    taps = Eagle3Head.tap_layers(target.num_layers) if eagle3 else ()
+    log(f"target {target.name} {target.dtype}; head type {a.head_type}" + (f", taps {taps}" if taps else ""))
     rows = read_pool(a.prompts, a.text, a.n_prompts, a.n_text, a.seed, a.min_prompt_chars)
     if a.chat and tok.chat_template:
         for r in rows:
             if r["kind"] == "prompt":
                 r["body"] = tok.apply_chat_template([{"role": "user", "content": r["body"]}], tokenize=False,
                                                     add_generation_prompt=True)
-    if a.max_shards:
-        rows = rows[: a.max_shards * a.batch]
+    for d in a.reprefill:
+        rows += [{"kind": "ids", "id": f"{d}:{i}", "ids": ids.tolist()}
+                 for i, (ids, _, _) in enumerate(load_shards(Path(d)))]
+    data_stats = {}
     if not a.skip_data:
-        build_shards(target, tok, rows, out / "shards", a.batch, a.max_prompt, a.new_tokens, a.max_text,
-                     a.sample_share, a.seed)
+        data_stats = build_shards(target, tok, rows, out / "shards", a.batch, a.max_prompt, a.new_tokens,
+                                  a.max_text, a.sample_share, a.seed, a.prefill_share, taps, a.max_shards, log)
+        log(f"data throughput this run: {json.dumps(data_stats)}")
     if a.data_only:
         log("data only: shards written")
         return 0
-    seqs = load_shards(out / "shards")
-    if a.max_shards:
-        seqs = seqs[: a.max_shards * a.batch]
+    seqs = load_shards(out / "shards", taps=eagle3)
     extra_counts = {}
     for d in a.extra_shards:
-        more = load_shards(Path(d))
+        more = load_shards(Path(d), taps=eagle3)
         extra_counts[d] = len(more)
         seqs += more
     if not seqs:
@@ -135,47 +157,89 @@ def main(argv: list[str] | None = None) -> int:
                                           token_counts(tok, pool, target.vocab_size))
     log(f"{len(seqs)} sequences ({sum(extra_counts.values())} from --extra-shards), "
         f"draft vocab {a.draft_vocab or 'full'} covers {coverage:.4f} of tokens")
-    hc = HeadConfig.for_target(target.hidden_size, target.vocab_size, a.draft_vocab)
-    head = init_head(hc, vocab_ids, seed=a.seed).float()
+    w = target.lm_head_weight.detach()
+    if eagle3:
+        hcfg = HeadConfig.for_target(target.hidden_size, target.vocab_size)
+        c3 = Eagle3Config(hidden_size=hcfg.hidden_size, intermediate_size=hcfg.intermediate_size,
+                          num_attention_heads=hcfg.num_attention_heads, num_key_value_heads=hcfg.num_key_value_heads,
+                          vocab_size=target.vocab_size, draft_vocab_size=a.draft_vocab or target.vocab_size,
+                          target_hidden_size=target.hidden_size, head_dim=hcfg.hd)
+        ids_all = vocab_ids if vocab_ids is not None else torch.arange(target.vocab_size)
+        head = init_eagle3_head(c3, ids_all - torch.arange(len(ids_all)), seed=a.seed).float()
+        with torch.no_grad():  # the draft LM head starts as the target's rows over the draft vocabulary
+            head.lm_head.weight.copy_(w[ids_all.to(w.device)].float().cpu())
+    else:
+        head = init_head(HeadConfig.for_target(target.hidden_size, target.vocab_size, a.draft_vocab), vocab_ids,
+                         seed=a.seed).float()
     if a.init:
-        start = load_head(a.init)
+        start = load_any_head(a.init)
+        if isinstance(start, Eagle3Head) != eagle3:
+            raise ValueError(f"--init {a.init} is not an {a.head_type} head")
         if not torch.equal(start.vocab_ids, head.vocab_ids):
             log("--init head has another draft vocabulary; keeping its vocabulary")
-            head = init_head(start.config, start.vocab_ids, seed=a.seed).float()
+            head = start.float()
         head.load_state_dict(start.state_dict())
         log(f"initialised from {a.init}")
-    w = target.lm_head_weight.detach()
     w_draft = w[head.vocab_ids] if a.draft_vocab else w
     cfg = FitConfig(epochs=a.epochs, lr=a.lr, ttt_steps=a.ttt_steps, tokens_per_batch=a.tokens_per_batch,
                     p_weight=a.p_weight, seed=a.seed, max_len=a.max_len)
-    summary = fit(head, target.embed, w_draft, seqs, cfg, out, log)
+    save = save_eagle3_head if eagle3 else save_head
+    snap_dir = out / "snapshots"
+    snap_steps: set[int] = set()
+
+    def snapshot(h, step: int, total: int) -> None:
+        """Keep the head at about k/N of the run (k = 1..N) for the data-size curve."""
+        if a.snapshots and any(abs(step - round(total * k / a.snapshots)) < cfg.save_every for k in
+                               range(1, a.snapshots + 1)) and step not in snap_steps:
+            save(h, snap_dir / f"step_{step:06d}")
+            snap_steps.add(step)
+
+    if a.snapshots:  # snapshot k lands on a save: save about every total/(N*4) steps
+        from core.train.fit import batches
+        import random
+        n_steps = max(1, int(len(batches(seqs, cfg, random.Random(a.seed))) * a.epochs))
+        cfg = FitConfig(**{**cfg.__dict__, "save_every": max(1, n_steps // a.snapshots)})
+    summary = fit(head, target.embed, w_draft, seqs, cfg, out, log, snapshot)
     head.trained = True
     head_dir = Path(a.head_out or out / "head")
-    save_head(head, head_dir)
+    save(head, head_dir)
     log(f"saved head to {head_dir}")
     # evaluate with the bf16 head exactly as shipped
-    shipped = load_head(head_dir)
+    shipped = load_any_head(head_dir)
     drafter = EagleDrafter(shipped, target)
     qs = sample_questions(a.eval_questions, a.eval_per_category) if a.eval_per_category else []
     head_tree = TreeConfig(lookup=0)  # the head alone: context lookup would blur what training achieved
     mode = "chat" if a.chat and tok.chat_template else "raw"
     evals = [measure(target, tok, drafter, qs, a.eval_max_new, t, head_tree, prompt_mode=mode)
              for t in (0.0, 1.0)] if qs else []
-    used = rows[: len(list((out / "shards").glob("shard_*.safetensors"))) * a.batch]
-    n_prompt = sum(r["kind"] == "prompt" for r in used)
+    curve = []
+    tokens_per_step = summary["tokens"] * a.epochs / max(1, summary["steps"])
+    for d in sorted(snap_dir.glob("step_*")) if a.snapshots and qs else []:
+        step = int(d.name.split("_")[1])
+        r = measure(target, tok, EagleDrafter(load_any_head(d), target), qs, a.eval_max_new, 0.0, head_tree,
+                    prompt_mode=mode)
+        curve.append({"step": step, "tokens_seen": round(step * tokens_per_step), "tau_t0": r["tau"],
+                      "chain_alpha_t0": r["chain_alpha"]})
+        log(f"snapshot {d.name}: tau {r['tau']:.3f}")
+    kinds = [r["kind"] for r in rows]  # planned rows (--max-shards may stop before all of them)
     card = {
         "model": target.name if a.model is None else a.model,
         "default_model": a.model in (None, DEFAULT_MODEL),
-        "data": {"prompts_file": Path(a.prompts).name, "text_file": Path(a.text).name, "prompt_rows": n_prompt,
-                 "text_rows": len(used) - n_prompt, "min_prompt_chars": a.min_prompt_chars, "sequences": len(seqs),
+        "head_type": a.head_type,
+        "data": {"prompts_file": Path(a.prompts).name, "text_file": Path(a.text).name, "prompt_rows": kinds.count("prompt"),
+                 "text_rows": kinds.count("text"), "reprefill_rows": kinds.count("ids"), "min_prompt_chars": a.min_prompt_chars, "sequences": len(seqs),
                  "extra_shards": extra_counts,
-                 "init": a.init, "chat_template": bool(a.chat),
+                 "init": a.init, "chat_template": bool(a.chat), "prefill_share": a.prefill_share,
+                 "reprefill": a.reprefill, "stored": shard_counts(out / "shards"),
+                 "throughput_this_run": data_stats, "eagle3_taps": list(taps),
                  "generation": {"max_prompt": a.max_prompt, "new_tokens": a.new_tokens,
                                 "sampled_share": a.sample_share}},
         "draft_vocab": {"size": a.draft_vocab or target.vocab_size, "token_coverage": round(coverage, 4)},
         "training": {**summary, "lr": a.lr, "max_len": a.max_len, "ttt_steps": a.ttt_steps,
                      "tokens_per_batch": a.tokens_per_batch,
-                     "loss": f"smooth_l1(feature) + {a.p_weight} * soft CE (draft vocab), steps weighted 0.8^j"},
+                     "loss": ("soft CE against the target (draft vocab), own LM head, steps weighted 0.8^j" if eagle3
+                              else f"smooth_l1(feature) + {a.p_weight} * soft CE (draft vocab), steps weighted 0.8^j"),
+                     "curve": curve},
         "wall_seconds_this_run": round(time.time() - t0, 1),
         "hardware": {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
                      "torch_threads": torch.get_num_threads(), "device": str(target.device),

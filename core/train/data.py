@@ -1,13 +1,19 @@
 """Training data: read prompts/text, generate continuations with the target (self-distillation), store features.
 
+Two sources, mixed by --prefill-share and --n-text: on-policy (the target continues a prompt; the features are the
+ones its own generation computed) and prefill-only (one teacher-forced forward over existing text, a prompt's own
+text, or an earlier run's sequences; no generation, so volume is cheap but off-policy).
+
 Shards (safetensors) hold, per batch of sequences: `ids` (int32, concatenated tokens), `feat` (bf16 (n, H) target
-features: the post-norm last hidden state), `offsets` (int64 sequence starts, plus the end). A run resumes by
+features: the post-norm last hidden state), optional `taps` (bf16 (n, 3H): the EAGLE-3 layer inputs), `offsets`
+(int64 sequence starts, plus the end) and `generated` (tokens written by the target per sequence). A run resumes by
 skipping shards that already exist.
 """
 from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
 
 import torch
@@ -41,103 +47,203 @@ def read_pool(prompts: str | None, text: str | None, n_prompts: int, n_text: int
     return rows
 
 
-@torch.inference_mode()
-def generate_batch(target: TargetModel, tok, prompts: list[str], max_prompt: int, new_tokens: int,
-                   sample: bool, seed: int) -> list[list[int]]:
-    """Left-padded batched generation with a KV cache (greedy or T=1 sampling); prompt + continuation per row.
+Sequence = tuple[list[int], torch.Tensor, torch.Tensor | None]  # ids (S,), feat (S, H) bf16, taps (S, 3H) bf16
 
-    A plain loop over the stock forward: measured about 4x faster on this CPU than `generate()` at batch 48,
-    whose per-step logits processing over a 262k vocabulary dominates.
+
+def _pick(logits: torch.Tensor, sample: bool, gen: torch.Generator) -> torch.Tensor:
+    """(B, V) logits -> (B,) next ids: greedy by torch.max, sampled at T=1 by the exponential race.
+
+    torch.max over a contiguous (B, V) row is several times faster than argmax on this CPU (README, "Where the time
+    goes"); for sampling, argmax(p / E) with E ~ Exp(1) draws exactly from softmax(logits) without a softmax pass.
+    """
+    if not sample:
+        return logits.max(-1).indices
+    e = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_(generator=gen)
+    return (logits.float() - e.log()).max(-1).indices  # log p - log E: Gumbel-max in log space
+
+
+@torch.inference_mode()
+def generate_batch(target: TargetModel, enc: list[list[int]], new_tokens: int, sample: bool, seed: int,
+                   taps: tuple[int, ...] = ()) -> list[Sequence]:
+    """Left-padded batched generation that keeps the features of every token it feeds (no second forward).
+
+    enc: token ids per row (best of similar length: padding costs prefill work). Each row's sequence is its prompt
+    plus the continuation up to and including EOS; the last sampled token is dropped unless it was fed (its feature
+    would need one more forward). Features are the post-norm last hidden states the generation itself computed, so
+    they match what the decoder sees at inference (incremental steps), and `taps` (HF hidden_states indices) adds
+    the EAGLE-3 layer inputs, concatenated.
     """
     from transformers import DynamicCache
 
-    enc = [tok(p, add_special_tokens=True).input_ids[:max_prompt] for p in prompts]
-    width = max(len(e) for e in enc)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     dev = target.device
-    ids = torch.tensor([[pad] * (width - len(e)) + e for e in enc], device=dev)  # (B, W)
+    width = max(len(e) for e in enc)
+    ids = torch.tensor([[0] * (width - len(e)) + e for e in enc], device=dev)  # (B, W)
     att = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in enc], device=dev)
     pos = (att.cumsum(-1) - 1).clamp(min=0)
     gen = torch.Generator(device=dev).manual_seed(seed)
     cache = DynamicCache(config=target.model.config)
     eos = torch.tensor(sorted(target.eos_ids) or [-1], device=dev)
-    done = torch.zeros(len(enc), dtype=torch.bool, device=dev)
-    conts: list[torch.Tensor] = []
-    for _ in range(new_tokens):
-        out = target.model(input_ids=ids, attention_mask=att, position_ids=pos, cache=cache, use_cache=True,
-                           logits_to_keep=1)
-        logits = out.logits[:, -1].float()  # (B, V)
-        nxt = (torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)[:, 0] if sample
-               else logits.argmax(-1))
-        nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
-        conts.append(nxt)
-        done |= torch.isin(nxt, eos)
-        if bool(done.all()):
+    head = target.lm_head_weight  # (V, H)
+    fed_feats, fed_taps, fed_ids = [], [], []  # per decode step: (B, H), (B, 3H), (B,)
+    alive = torch.ones(len(enc), dtype=torch.bool, device=dev)  # row still writing (EOS not yet fed)
+    lengths = torch.zeros(len(enc), dtype=torch.long, device=dev)  # continuation tokens fed per row
+    for step in range(new_tokens):
+        out = target.decoder(input_ids=ids, attention_mask=att, position_ids=pos, cache=cache, use_cache=True,
+                             output_hidden_states=bool(taps))
+        hid = out.last_hidden_state  # (B, T, H)
+        tp = torch.cat([out.hidden_states[i] for i in taps], -1) if taps else None  # (B, T, 3H)
+        if step == 0:
+            prompt_feat, prompt_taps = hid, tp
+        else:
+            fed_feats.append(hid[:, -1])
+            fed_taps.append(tp[:, -1] if tp is not None else None)
+            lengths += alive.long()
+            alive &= ~torch.isin(ids[:, -1], eos)
+        if step == new_tokens - 1 or not bool(alive.any()):
             break
-        ids = nxt[:, None]
+        logits = torch.nn.functional.linear(hid[:, -1], head)  # (B, V) contiguous
+        if target.softcap:
+            logits = torch.tanh(logits / target.softcap) * target.softcap
+        ids = _pick(logits, sample, gen)[:, None]  # (B, 1)
+        fed_ids.append(ids[:, 0])
         att = torch.cat([att, torch.ones_like(ids)], dim=-1)
         pos = pos[:, -1:] + 1
-    rows = torch.stack(conts, 1).tolist()
-    seqs = []
-    for e, row in zip(enc, rows):
-        cont = []
-        for t in row:
-            cont.append(t)
-            if t in target.eos_ids:
-                break
-        seqs.append(e + cont)
+    seqs: list[Sequence] = []
+    cont = torch.stack(fed_ids[: len(fed_feats)], 1) if fed_feats else None  # (B, steps)
+    feats = torch.stack(fed_feats, 1) if fed_feats else None  # (B, steps, H)
+    tapss = torch.stack(fed_taps, 1) if fed_feats and taps else None
+    for r, e in enumerate(enc):
+        n = int(lengths[r]) if fed_feats else 0
+        row_ids = e + (cont[r, :n].tolist() if n else [])
+        f = prompt_feat[r, width - len(e):]
+        t = prompt_taps[r, width - len(e):] if taps else None
+        if n:
+            f = torch.cat([f, feats[r, :n]])
+            t = torch.cat([t, tapss[r, :n]]) if taps else None
+        seqs.append((row_ids, f.to(torch.bfloat16).cpu(), t.to(torch.bfloat16).cpu() if taps else None))
     return seqs
 
 
 @torch.inference_mode()
-def features(target: TargetModel, seqs: list[list[int]]) -> list[torch.Tensor]:
-    """Post-norm last hidden states (S, H) per sequence, one right-padded batched forward."""
+def features(target: TargetModel, seqs: list[list[int]], taps: tuple[int, ...] = ()) -> list[Sequence]:
+    """Teacher-forced features of given token sequences (text, or earlier continuations): one right-padded
+    batched forward, no generation. Same layout as generate_batch()."""
     width = max(len(s) for s in seqs)
     ids = torch.tensor([s + [0] * (width - len(s)) for s in seqs], device=target.device)
     att = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs], device=target.device)
-    hid = target.decoder(input_ids=ids, attention_mask=att, use_cache=False).last_hidden_state
-    return [hid[i, : len(s)].to(torch.bfloat16).cpu() for i, s in enumerate(seqs)]
+    out = target.decoder(input_ids=ids, attention_mask=att, use_cache=False, output_hidden_states=bool(taps))
+    hid = out.last_hidden_state  # (B, S, H)
+    tp = torch.cat([out.hidden_states[i] for i in taps], -1) if taps else None  # (B, S, 3H)
+    return [(s, hid[i, : len(s)].to(torch.bfloat16).cpu(),
+             tp[i, : len(s)].to(torch.bfloat16).cpu() if taps else None) for i, s in enumerate(seqs)]
+
+
+def plan_batches(rows: list[dict], tok, batch: int, max_prompt: int, max_text: int, prefill_share: float,
+                 seed: int) -> list[dict]:
+    """Group rows into batches of one kind and similar length.
+
+    Each batch is {"kind": "generate"|"prefill", "enc": [ids...], "sample": bool, "seed": int}. Prompts are
+    continued by the target (on-policy) unless drawn into the prefill share (the prompt's own text, teacher-forced);
+    text rows and `ids` rows (sequences of an earlier run, --reprefill) are always prefilled. Rows are sorted by token length before batching, so a batch pads little: at
+    batch 48 on 320-token prompts, padding used to be about half of the prefill work.
+    """
+    rng = random.Random(seed)
+    gen_rows, pre_rows = [], []
+    for r in rows:
+        if r["kind"] == "prompt":
+            e = tok(r["body"], add_special_tokens=True).input_ids[:max_prompt]
+            (pre_rows if rng.random() < prefill_share else gen_rows).append(e)
+        elif r["kind"] == "ids":  # an earlier run's sequence (prompt + the target's continuation)
+            pre_rows.append(list(r["ids"]))
+        else:
+            pre_rows.append(tok(r["body"], add_special_tokens=True).input_ids[:max_text])
+    plan = []
+    for kind, encs in (("generate", gen_rows), ("prefill", pre_rows)):
+        encs = sorted((e for e in encs if len(e) >= 2), key=len)
+        for i in range(0, len(encs), batch):
+            plan.append({"kind": kind, "enc": encs[i : i + batch]})
+    rng.shuffle(plan)  # a run cut short still holds a mix of lengths and kinds
+    return plan
 
 
 def build_shards(target: TargetModel, tok, rows: list[dict], out_dir: Path, batch: int, max_prompt: int,
-                 new_tokens: int, max_text: int, sample_share: float, seed: int) -> None:
-    """Write shard_{i:05d}.safetensors for every batch of rows not yet on disk."""
+                 new_tokens: int, max_text: int, sample_share: float, seed: int, prefill_share: float = 0.0,
+                 taps: tuple[int, ...] = (), max_shards: int = 0, log=None) -> dict:
+    """Write shard_{i:05d}.safetensors for every planned batch not yet on disk; returns throughput counts.
+
+    A shard holds `ids` (int32, concatenated), `feat` (bf16 (n, H)), optional `taps` (bf16 (n, 3H), EAGLE-3),
+    `offsets` (int64 starts plus the end) and `generated` (int64 per sequence: tokens written by the target).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
-    batches = [rows[i : i + batch] for i in range(0, len(rows), batch)]
-    bar = tqdm(batches, desc="data", unit="batch")
-    for i, rws in enumerate(bar):
+    plan = plan_batches(rows, tok, batch, max_prompt, max_text, prefill_share, seed)
+    if max_shards:
+        plan = plan[:max_shards]
+    stats = {"generate": [0, 0, 0.0], "prefill": [0, 0, 0.0]}  # kind -> [tokens written, generated, seconds]
+    bar = tqdm(plan, desc="data", unit="batch")
+    for i, b in enumerate(bar):
         path = out_dir / f"shard_{i:05d}.safetensors"
         if path.exists():
             continue
-        seqs: list[list[int]] = []
-        prompts = [r["body"] for r in rws if r["kind"] == "prompt"]
-        if prompts:
+        t0 = time.time()
+        if b["kind"] == "generate":
             sample = random.Random(seed + i).random() < sample_share
-            seqs += generate_batch(target, tok, prompts, max_prompt, new_tokens, sample, seed + i)
-        for r in rws:
-            if r["kind"] == "text":
-                seqs.append(tok(r["body"], add_special_tokens=True).input_ids[:max_text])
-        seqs = [s for s in seqs if len(s) >= 4]
-        feats = features(target, seqs)
-        offsets = torch.tensor([0] + [len(s) for s in seqs]).cumsum(0)
-        save_file({"ids": torch.tensor([t for s in seqs for t in s], dtype=torch.int32),
-                   "feat": torch.cat(feats).contiguous(), "offsets": offsets}, str(path.with_suffix(".tmp")))
+            seqs = generate_batch(target, b["enc"], new_tokens, sample, seed + i, taps)
+        else:
+            seqs = features(target, b["enc"], taps)
+        gen = [len(s[0]) - len(e) if b["kind"] == "generate" else 0 for s, e in zip(seqs, b["enc"])]
+        keep = [j for j, s in enumerate(seqs) if len(s[0]) >= 4]
+        seqs, gen = [seqs[j] for j in keep], [gen[j] for j in keep]
+        if not seqs:
+            continue
+        offsets = torch.tensor([0] + [len(s[0]) for s in seqs]).cumsum(0)
+        shard = {"ids": torch.tensor([t for s in seqs for t in s[0]], dtype=torch.int32),
+                 "feat": torch.cat([s[1] for s in seqs]).contiguous(), "offsets": offsets,
+                 "generated": torch.tensor(gen, dtype=torch.long)}
+        if taps:
+            shard["taps"] = torch.cat([s[2] for s in seqs]).contiguous()
+        save_file(shard, str(path.with_suffix(".tmp")))
         path.with_suffix(".tmp").rename(path)
+        st = stats[b["kind"]]
+        st[0] += int(offsets[-1])
+        st[1] += sum(gen)
+        st[2] += time.time() - t0
+        if log:
+            log(f"shard {i} {b['kind']} rows {len(seqs)} tokens {int(offsets[-1])} generated {sum(gen)} "
+                f"in {time.time() - t0:.1f}s")
         bar.set_postfix(tokens=int(offsets[-1]))
+    return {k: {"tokens": v[0], "generated": v[1], "seconds": round(v[2], 1),
+                "tokens_per_s": round(v[0] / v[2], 1) if v[2] else None,
+                "generated_per_s": round(v[1] / v[2], 1) if v[2] and v[1] else None} for k, v in stats.items()}
 
 
-def load_shards(out_dir: Path) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """[(ids (S,) int64, feat (S, H) bf16)] for every stored sequence."""
+def load_shards(out_dir: Path, taps: bool = False) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+    """[(ids (S,) int64, feat (S, H) bf16, taps (S, 3H) bf16 or None)] for every stored sequence.
+
+    taps=True requires every shard to hold EAGLE-3 layer taps (a shard written for an EAGLE-1/2 head does not).
+    """
     seqs = []
     for path in sorted(out_dir.glob("shard_*.safetensors")):
         d = load_file(str(path))
+        if taps and "taps" not in d:
+            raise ValueError(f"{path} has no EAGLE-3 layer taps (written for an EAGLE-1/2 head); "
+                             "regenerate it or use --reprefill on its folder")
         off = d["offsets"].tolist()
         for a, b in zip(off[:-1], off[1:]):
-            seqs.append((d["ids"][a:b].long(), d["feat"][a:b]))
+            seqs.append((d["ids"][a:b].long(), d["feat"][a:b], d["taps"][a:b] if taps else None))
     return seqs
 
 
-def draft_vocab(seqs: list[tuple[torch.Tensor, torch.Tensor]], size: int, vocab: int,
+def shard_counts(out_dir: Path) -> dict:
+    """Tokens stored and tokens the target generated, over the shards in out_dir (for the training card)."""
+    tokens = generated = 0
+    for path in sorted(out_dir.glob("shard_*.safetensors")):
+        d = load_file(str(path))
+        tokens += int(d["offsets"][-1])
+        generated += int(d["generated"].sum()) if "generated" in d else 0
+    return {"tokens": tokens, "generated": generated}
+
+
+def draft_vocab(seqs: list[tuple], size: int, vocab: int,
                 prior: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
     """Most frequent `size` token ids of the data (sorted ascending) and the share of data tokens they cover.
 
@@ -145,7 +251,7 @@ def draft_vocab(seqs: list[tuple[torch.Tensor, torch.Tensor]], size: int, vocab:
     used, so a small run still gets a sensible vocabulary.
     """
     counts = torch.zeros(vocab, dtype=torch.long)
-    for ids, _ in seqs:
+    for ids, *_ in seqs:
         counts += torch.bincount(ids, minlength=vocab)
     score = counts.double() + (1e-6 * prior.double() / max(1.0, float(prior.max())) if prior is not None else 0.0)
     top = torch.topk(score, min(size, vocab)).indices.sort().values

@@ -1,10 +1,14 @@
-"""EAGLE-1/2 head training (arXiv 2401.15077 §3.3; eagle.md §6.1), with optional training-time test (EAGLE-3).
+"""Draft head training: EAGLE-1/2 (arXiv 2401.15077 §3.3) and EAGLE-3 (arXiv 2503.01840), with training-time test.
 
-Loss per unrolled step j: smooth-L1(predicted feature, target feature) + 0.1 x soft cross-entropy against the
-target's distribution softmax(lm_head(target feature)), both through the frozen target LM head restricted to the
-draft vocabulary. Step 0 reads real (noised) target features; step j > 0 reads the head's own predictions from step
-j - 1 and attends to real context up to i - j plus its own unrolled ancestors, as a depth-(j+1) tree node does at
-inference. Steps are weighted 0.8^j. AdamW, linear warmup then linear decay, gradient clipping, accelerate.
+EAGLE-1/2 loss per unrolled step j: smooth-L1(predicted feature, target feature) + p_weight x soft cross-entropy
+against the target's distribution softmax(lm_head(target feature)), both through the frozen target LM head
+restricted to the draft vocabulary. Step 0 reads real (noised) target features.
+EAGLE-3: step 0 reads the fused low/mid/high layer taps (through the head's fc), there is no feature loss, and the
+logits come from the head's own norm + LM head over the draft vocabulary (initialised from the target's rows);
+the soft cross-entropy target is the same.
+Both: step j > 0 reads the head's own outputs from step j - 1 and attends to real context up to i - j plus its own
+unrolled ancestors, as a depth-(j+1) tree node does at inference. Steps are weighted 0.8^j. AdamW, linear warmup
+then linear decay, gradient clipping, accelerate.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from core.draft_head import EagleHead
+from core.eagle3_head import Eagle3Head
 
 
 @dataclass(frozen=True)
@@ -53,17 +58,21 @@ def batches(seqs: list[tuple[torch.Tensor, torch.Tensor]], cfg: FitConfig, rng: 
     return out
 
 
-def collate(seqs, idx: list[int], max_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """ids (B, S) long, feat (B, S, H) float, valid (B, S) bool (right padding)."""
+def collate(seqs, idx: list[int], max_len: int):
+    """ids (B, S) long, feat (B, S, H) float, valid (B, S) bool (right padding), taps (B, S, 3H) float or None."""
     width = max(min(len(seqs[i][0]), max_len) for i in idx)
     h = seqs[idx[0]][1].shape[-1]
+    has_taps = len(seqs[idx[0]]) > 2 and seqs[idx[0]][2] is not None
     ids = torch.zeros(len(idx), width, dtype=torch.long)
     feat = torch.zeros(len(idx), width, h)
+    taps = torch.zeros(len(idx), width, seqs[idx[0]][2].shape[-1]) if has_taps else None
     valid = torch.zeros(len(idx), width, dtype=torch.bool)
     for r, i in enumerate(idx):
         n = min(len(seqs[i][0]), max_len)
         ids[r, :n], feat[r, :n], valid[r, :n] = seqs[i][0][:n], seqs[i][1][:n].float(), True
-    return ids, feat, valid
+        if has_taps:
+            taps[r, :n] = seqs[i][2][:n].float()
+    return ids, feat, valid, taps
 
 
 def ttt_mask(s: int, j: int, device) -> torch.Tensor:
@@ -77,19 +86,33 @@ def ttt_mask(s: int, j: int, device) -> torch.Tensor:
     return mask
 
 
-def losses(head: EagleHead, embed, w_draft: torch.Tensor, ids, feat, valid, cfg: FitConfig, feat_rms: float,
-           gen: torch.Generator | None = None) -> tuple[torch.Tensor, list[float], list[float], list[float]]:
-    """Total loss and per-step (vloss, ploss, top-1 accuracy) for one batch. ids/feat/valid as from collate()."""
+def losses(head: EagleHead | Eagle3Head, embed, w_draft: torch.Tensor, ids, feat, valid, cfg: FitConfig,
+           feat_rms: float, gen: torch.Generator | None = None, taps: torch.Tensor | None = None,
+           draft_logits=None) -> tuple[torch.Tensor, list[float], list[float], list[float]]:
+    """Total loss and per-step (vloss, ploss, top-1 accuracy) for one batch. ids/feat/valid/taps as from collate().
+
+    EAGLE-3 when `taps` is given: step 0 reads taps, `draft_logits` (the head's own norm + LM head) scores, and
+    there is no feature loss (vloss reported as 0).
+    """
     b, s = ids.shape
     s -= 1
-    f_in, f_tgt = feat[:, :-1], feat[:, 1:]  # pair i = (f_i, t_{i+1}) predicts f_{i+1}
+    eagle3 = taps is not None
+    f_tgt = feat[:, 1:]  # pair i = (f_i, t_{i+1}) predicts f_{i+1}
     with torch.no_grad():
         emb = embed(ids[:, 1:]).float()  # (B, S, H)
         p_tgt = torch.softmax(f_tgt @ w_draft.T, dim=-1)  # (B, S, Vd) target distribution on the draft vocab
         top_tgt = p_tgt.argmax(-1)
-    noise = (torch.rand(f_in.shape, generator=gen) - 0.5) * cfg.noise * feat_rms
     pos = torch.arange(s)
-    feats, past, total = f_in + noise, None, 0.0
+    if eagle3:
+        feats = taps[:, :-1]  # (B, S, 3H): the head's fc fuses them
+        score = draft_logits
+    else:
+        f_in = feat[:, :-1]
+        feats = f_in + (torch.rand(f_in.shape, generator=gen) - 0.5) * cfg.noise * feat_rms
+
+        def score(out):
+            return out @ w_draft.T
+    past, total = None, 0.0
     vl, pl, acc = [], [], []
     for j in range(cfg.ttt_steps):
         mask = None if j == 0 else ttt_mask(s, j, ids.device)[None, None]
@@ -98,8 +121,9 @@ def losses(head: EagleHead, embed, w_draft: torch.Tensor, ids, feat, valid, cfg:
         m[:, :j] = False  # step j needs j earlier predictions
         mf = m.float()
         denom = mf.sum().clamp(min=1)
-        v = (F.smooth_l1_loss(out, f_tgt, reduction="none").mean(-1) * mf).sum() / denom
-        logp = torch.log_softmax((out @ w_draft.T).float(), dim=-1)
+        v = (torch.zeros(()) if eagle3
+             else (F.smooth_l1_loss(out, f_tgt, reduction="none").mean(-1) * mf).sum() / denom)
+        logp = torch.log_softmax(score(out).float(), dim=-1)
         p = (-(p_tgt * logp).sum(-1) * mf).sum() / denom
         total = total + (0.8**j) * (v + cfg.p_weight * p)
         vl.append(v.item())
@@ -110,8 +134,13 @@ def losses(head: EagleHead, embed, w_draft: torch.Tensor, ids, feat, valid, cfg:
     return total, vl, pl, acc
 
 
-def fit(head: EagleHead, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, ckpt_dir: Path, log) -> dict:
-    """Train in place with accelerate; resumes from ckpt_dir/state.pt. Returns a summary for training.json."""
+def fit(head: EagleHead | Eagle3Head, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, ckpt_dir: Path, log,
+        snapshot=None) -> dict:
+    """Train in place with accelerate; resumes from ckpt_dir/state.pt. Returns a summary for training.json.
+
+    An Eagle3Head trains on the shards' taps. `snapshot(head, step, total_steps)` is called after every save (the
+    caller keeps heads along the way, e.g. for a curve of tau against the data seen).
+    """
     from accelerate import Accelerator
 
     acc = Accelerator(mixed_precision="bf16")
@@ -125,7 +154,9 @@ def fit(head: EagleHead, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, ckp
     head.train()
     head, opt = acc.prepare(head, opt)
     w_draft = w_draft.to(acc.device).float()
-    feat_rms = float(torch.cat([f[:256].float() for _, f in seqs[:200]]).pow(2).mean().sqrt())
+    eagle3 = isinstance(acc.unwrap_model(head), Eagle3Head)
+    draft_logits = acc.unwrap_model(head).draft_logits if eagle3 else None
+    feat_rms = float(torch.cat([sq[1][:256].float() for sq in seqs[:200]]).pow(2).mean().sqrt())
     step, t_start, elapsed0 = 0, time.time(), 0.0
     state_path = ckpt_dir / "state.pt"
     if state_path.exists():
@@ -140,9 +171,10 @@ def fit(head: EagleHead, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, ckp
     first, last = {}, {}
     while step < total_steps:
         idx = plan[step % len(plan)]
-        ids, feat, valid = collate(seqs, idx, cfg.max_len)
+        ids, feat, valid, taps = collate(seqs, idx, cfg.max_len)
         with acc.autocast():
-            loss, vl, pl, ac = losses(head, embed, w_draft, ids, feat, valid, cfg, feat_rms, gen)
+            loss, vl, pl, ac = losses(head, embed, w_draft, ids, feat, valid, cfg, feat_rms, gen,
+                                      taps if eagle3 else None, draft_logits)
         acc.backward(loss)
         acc.clip_grad_norm_(head.parameters(), cfg.clip)
         opt.step()
@@ -161,6 +193,8 @@ def fit(head: EagleHead, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, ckp
                         "sched": sched.state_dict(), "step": step,
                         "elapsed": elapsed0 + time.time() - t_start}, tmp)
             tmp.replace(state_path)
+            if snapshot:
+                snapshot(acc.unwrap_model(head), step, total_steps)
     bar.close()
     head = acc.unwrap_model(head).eval()
     return {"steps": total_steps, "batches_per_epoch": len(plan), "epochs": cfg.epochs,
