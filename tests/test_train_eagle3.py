@@ -115,3 +115,14 @@ def test_reprefill_gives_eagle3_taps_for_an_earlier_runs_sequences(setup, tmp_pa
     assert old <= new  # every earlier sequence, now with features computed afresh
     assert main(args(setup, second, 1) + ["--head-type", "eagle3", "--ttt-steps", "5", "--skip-data",
                                           "--eval-per-category", "0"]) == 0
+
+
+def test_sampled_picks_follow_the_softmax():
+    from core.train.data import _pick
+
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, 3.0]]).expand(20000, -1).contiguous()
+    picks = _pick(logits, True, torch.Generator().manual_seed(0))
+    freq = torch.bincount(picks, minlength=5).float() / len(picks)
+    p = torch.softmax(logits[0], -1)
+    assert torch.all((freq - p).abs() < 4 * torch.sqrt(p * (1 - p) / len(picks)) + 1e-3)
+    assert torch.equal(_pick(logits[:3], False, torch.Generator()), torch.tensor([4, 4, 4]))

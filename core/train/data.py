@@ -51,15 +51,18 @@ Sequence = tuple[list[int], torch.Tensor, torch.Tensor | None]  # ids (S,), feat
 
 
 def _pick(logits: torch.Tensor, sample: bool, gen: torch.Generator) -> torch.Tensor:
-    """(B, V) logits -> (B,) next ids: greedy by torch.max, sampled at T=1 by the exponential race.
+    """(B, V) logits -> (B,) next ids: greedy by torch.max, sampled at T=1 by the inverse CDF.
 
     torch.max over a contiguous (B, V) row is several times faster than argmax on this CPU (README, "Where the time
-    goes"); for sampling, argmax(p / E) with E ~ Exp(1) draws exactly from softmax(logits) without a softmax pass.
+    goes"). Sampling draws one uniform per row against the cumulative softmax: at batch 48 over Gemma's 262k
+    vocabulary it costs about 115 ms a step, against about 700 ms for multinomial or an exponential race (both
+    draw a random number per vocabulary entry on one thread).
     """
     if not sample:
         return logits.max(-1).indices
-    e = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_(generator=gen)
-    return (logits.float() - e.log()).max(-1).indices  # log p - log E: Gumbel-max in log space
+    cdf = torch.softmax(logits.float(), -1).cumsum(-1)  # (B, V)
+    u = torch.rand(len(cdf), 1, generator=gen, device=cdf.device) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u)[:, 0].clamp(max=cdf.shape[-1] - 1)
 
 
 @torch.inference_mode()
