@@ -22,7 +22,8 @@ the one-token steps that chose the tokens.
 Our methods: eagle2 = the engine as configured: the head's dynamic tree plus the context-lookup chain, or what
 `--tree auto` chose; eagle2-head = the same tree without lookup (the head alone); eagle2-chain = the head as a single
 chain (top_k 1, no lookup, depth 6 or the tree's if deeper); lookup = the lookup chain alone, no head (our engine's
-prompt lookup, next to transformers' hf-pld).
+prompt lookup, next to transformers' hf-pld). eagle2-head-b / eagle2-chain-b = eagle2-head / eagle2-chain with the
+head given by --head-b, so two heads (e.g. EAGLE-3 and EAGLE-1/2 trained on the same data) race in one run.
 """
 from __future__ import annotations
 
@@ -52,8 +53,10 @@ from core.models import TargetModel
 from core.timing import now
 from core.train.evaluate import spec_bench_category
 
-METHODS = ("hf", "hf-pld", "baseline", "eagle2", "eagle2-head", "eagle2-chain", "lookup")
-EAGLE_METHODS = ("eagle2", "eagle2-head", "eagle2-chain", "lookup")
+METHODS = ("hf", "hf-pld", "baseline", "eagle2", "eagle2-head", "eagle2-chain", "lookup", "eagle2-head-b",
+           "eagle2-chain-b")
+EAGLE_METHODS = ("eagle2", "eagle2-head", "eagle2-chain", "lookup", "eagle2-head-b", "eagle2-chain-b")
+B_METHODS = ("eagle2-head-b", "eagle2-chain-b")  # the same variants with --head-b (two heads, one interleaved run)
 PLD_TOKENS = 10  # prompt_lookup_num_tokens, as in Spec-Bench's PLD runs
 
 
@@ -79,6 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--model", default=None, help="target model name, folder or hub id (default gemma-3-270m)")
     p.add_argument("--head", default=None, help="EAGLE head folder (default: the pipeline's default head)")
+    p.add_argument("--head-b", default=None, help="a second head folder for eagle2-head-b / eagle2-chain-b")
     p.add_argument("--tree", default="auto",
                    help="'auto' or total_tokens,depth,top_k[,lookup] (e.g. 24,6,6 or 24,6,6,0)")
     p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 (default: the loader's choice)")
@@ -110,6 +114,10 @@ def validate(a: argparse.Namespace) -> Plan:
         raise BenchError(f"unknown method(s) {unknown or a.methods!r}; choose from {','.join(METHODS)}")
     if len(set(methods)) != len(methods):
         raise BenchError(f"duplicate method in {a.methods!r}")
+    if any(m in B_METHODS for m in methods) != bool(getattr(a, "head_b", None)):
+        raise BenchError("--head-b and the methods eagle2-head-b / eagle2-chain-b go together")
+    if getattr(a, "head_b", None):
+        pipeline.check_head_path(a.head_b)
     if a.per_category < 0 or a.limit < 0 or a.threads < 0:
         raise BenchError("--per-category, --limit and --threads must be >= 0")
     if a.max_new_tokens < 1:
@@ -300,8 +308,9 @@ def chain_tree(tree: TreeConfig) -> TreeConfig:
     return TreeConfig(total_tokens=depth + 1, depth=depth, top_k=1, lookup=0)
 
 
-def make_runners(plan: Plan, target, tok, baseline, eagle, tree: TreeConfig) -> dict[str, tuple[Runner, Digest]]:
-    """Method name -> (timed runner, digest)."""
+def make_runners(plan: Plan, target, tok, baseline, eagle, tree: TreeConfig,
+                 eagle_b=None) -> dict[str, tuple[Runner, Digest]]:
+    """Method name -> (timed runner, digest). `eagle_b`: the decoder over --head-b, for the *-b methods."""
     cfg = DecodeConfig(plan.decode.max_new_tokens, plan.decode.sampling, tree)
     variant = {"eagle2-head": replace(tree, lookup=0), "eagle2-chain": chain_tree(tree),
                "lookup": TreeConfig(total_tokens=1, depth=1, top_k=1, lookup=PLD_TOKENS)}
@@ -312,6 +321,8 @@ def make_runners(plan: Plan, target, tok, baseline, eagle, tree: TreeConfig) -> 
         "eagle2": lambda: core_runner(eagle, cfg),
         **{m: (lambda t=t: core_runner(eagle, DecodeConfig(cfg.max_new_tokens, cfg.sampling, t)))
            for m, t in variant.items()},
+        **{m + "-b": (lambda t=variant[m]: core_runner(eagle_b, DecodeConfig(cfg.max_new_tokens, cfg.sampling, t)))
+           for m in ("eagle2-head", "eagle2-chain")},
     }
     return {m: table[m]() for m in plan.methods}
 
@@ -470,7 +481,13 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
                                                       getattr(a, "trust_remote_code", False))
     prompts = [pipeline.encode_prompt(tok, q["turns"][0], "raw" if a.raw else "auto") for q in questions]
     tree, tree_info = resolve_tree(plan.tree, eagle, prompts[0], plan.decode.sampling)
-    runners = make_runners(plan, target, tok, baseline, eagle, tree)
+    eagle_b = None
+    if getattr(a, "head_b", None):
+        from core.drafter import EagleDrafter
+        from core.eagle import Eagle2Decoder
+
+        eagle_b = Eagle2Decoder(target, EagleDrafter(pipeline.read_head(a.head_b, target), target))
+    runners = make_runners(plan, target, tok, baseline, eagle, tree, eagle_b)
     compare = plan.decode.sampling.greedy and "baseline" in plan.methods
     print(f"[bench] {target.name} on {target.device} ({target.dtype}), {len(questions)} prompts, "
           f"methods {','.join(plan.methods)}, tree {tree} ({tree_info['source']}); warming up ...", file=sys.stderr)
@@ -488,7 +505,7 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
         head = f"shipped for the model: {pipeline.default_head(a.model)}"
     else:
         head = "none: untrained random head"
-    return {"config": {**config, "head": head, "head_trained": head_trained},
+    return {"config": {**config, "head": head, "head_trained": head_trained, "head_b": getattr(a, "head_b", None)},
             "per_prompt": rows, "summary": summarize_rows(rows)}
 
 

@@ -113,6 +113,26 @@ def test_sampled_run_with_auto_tree(stack, tmp_path, capsys):
     assert all(v["mismatches"] is None for v in res["summary"].values())
 
 
+def test_second_head_races_in_the_same_run(stack, tmp_path, capsys):
+    """--head-b: an EAGLE-3 head and the EAGLE-1/2 head, both lossless, reported side by side in one run."""
+    from core.eagle3_head import Eagle3Config, init_eagle3_head, save_eagle3_head
+
+    c = Eagle3Config(hidden_size=64, intermediate_size=128, num_attention_heads=1, num_key_value_heads=1,
+                     vocab_size=1024, draft_vocab_size=1024, target_hidden_size=64, head_dim=64)
+    save_eagle3_head(init_eagle3_head(c), stack["root"] / "head3", dtype=torch.float32)
+    out = tmp_path / "b.json"
+    methods = "baseline,eagle2-head,eagle2-head-b,eagle2-chain-b"
+    rc = main(_args(stack, out, "--methods", methods, "--limit", "2", "--head-b", str(stack["root"] / "head3")))
+    assert rc == 0, capsys.readouterr().err
+    res = json.loads(out.read_text())
+    assert res["config"]["head_b"] == str(stack["root"] / "head3")
+    assert list(res["summary"]) == methods.split(",")
+    assert all(r["identical_to_baseline"] for r in res["per_prompt"])
+    assert all(isinstance(res["summary"][m]["depth_accept"], list) for m in ("eagle2-head-b", "eagle2-chain-b"))
+    assert main(_args(stack, tmp_path / "c.json", "--methods", "baseline,eagle2-head-b")) == 2  # needs --head-b
+    assert "--head-b" in capsys.readouterr().err
+
+
 def _row(qid, method, tps, cat="qa", new=10, fw=10):
     return {"question_id": qid, "category": cat, "method": method, "new_tokens": new, "seconds": new / tps,
             "tokens_per_s": tps, "target_forwards": fw, "identical_to_baseline": None}
