@@ -3,7 +3,7 @@
 python -m core.bench --questions FILE.jsonl [--categories a,b] [--limit N] [--per-category N [--file-categories]]
     --max-new-tokens M
     --methods hf,hf-pld,baseline,eagle2[,eagle2-head,eagle2-chain,lookup] [--temperature T] [--model M --head H]
-    [--tree auto|T,D,K[,L]]
+    [--tree auto|T,D,K[,L]] [--head-tree T,D,K] [--head-b H2]
     [--dtype fp32|bf16] [--device D] [--threads N] [--raw] --json OUT [--html OUT] [--seed S]
 
 Protocol (serving-and-ui.md §2): batch 1, the first turn of each question as the prompt, one uncounted warm-up
@@ -20,7 +20,7 @@ a 262k-vocabulary row per token into the measured time, and a teacher-forced for
 the one-token steps that chose the tokens.
 
 Our methods: eagle2 = the engine as configured: the head's dynamic tree plus the context-lookup chain, or what
-`--tree auto` chose; eagle2-head = the same tree without lookup (the head alone); eagle2-chain = the head as a single
+`--tree auto` chose; eagle2-head = the same tree (or --head-tree's) without lookup (the head alone); eagle2-chain = the head as a single
 chain (top_k 1, no lookup, depth 6 or the tree's if deeper); lookup = the lookup chain alone, no head (our engine's
 prompt lookup, next to transformers' hf-pld). eagle2-head-b / eagle2-chain-b = eagle2-head / eagle2-chain with the
 head given by --head-b, so two heads (e.g. EAGLE-3 and EAGLE-1/2 trained on the same data) race in one run.
@@ -85,6 +85,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--head-b", default=None, help="a second head folder for eagle2-head-b / eagle2-chain-b")
     p.add_argument("--tree", default="auto",
                    help="'auto' or total_tokens,depth,top_k[,lookup] (e.g. 24,6,6 or 24,6,6,0)")
+    p.add_argument("--head-tree", default=None,
+                   help="total_tokens,depth,top_k for the head-alone methods (eagle2-head, eagle2-head-b; lookup "
+                        "is always 0 there), so eagle2 can run at 'auto' while the heads are compared at a fixed "
+                        "tree (default: the run's tree)")
     p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 (default: the loader's choice)")
     p.add_argument("--device", default=None, help="cuda | mps | cpu (default: best available)")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's choice)")
@@ -103,6 +107,7 @@ class Plan:
     methods: tuple[str, ...]
     categories: frozenset[str]
     tree: TreeConfig | None  # None = auto
+    head_tree: TreeConfig | None  # None = the run's tree
     decode: DecodeConfig  # sampling seed is replaced per prompt
 
 
@@ -125,10 +130,11 @@ def validate(a: argparse.Namespace) -> Plan:
     if not Path(a.questions).is_file():
         raise BenchError(f"questions file {a.questions!r} not found")
     tree = None if a.tree == "auto" else TreeConfig.parse(a.tree)
+    head_tree = TreeConfig.parse(a.head_tree) if getattr(a, "head_tree", None) else None
     sampling = SamplingConfig(temperature=a.temperature, seed=a.seed)
     decode = DecodeConfig(max_new_tokens=a.max_new_tokens, sampling=sampling, tree=tree or TreeConfig())
     cats = frozenset(c.strip() for c in a.categories.split(",") if c.strip())
-    return Plan(methods, cats, tree, decode)
+    return Plan(methods, cats, tree, head_tree, decode)
 
 
 # ------------------------------------------------------------------------------------------------ questions
@@ -312,7 +318,7 @@ def make_runners(plan: Plan, target, tok, baseline, eagle, tree: TreeConfig,
                  eagle_b=None) -> dict[str, tuple[Runner, Digest]]:
     """Method name -> (timed runner, digest). `eagle_b`: the decoder over --head-b, for the *-b methods."""
     cfg = DecodeConfig(plan.decode.max_new_tokens, plan.decode.sampling, tree)
-    variant = {"eagle2-head": replace(tree, lookup=0), "eagle2-chain": chain_tree(tree),
+    variant = {"eagle2-head": replace(plan.head_tree or tree, lookup=0), "eagle2-chain": chain_tree(tree),
                "lookup": TreeConfig(total_tokens=1, depth=1, top_k=1, lookup=PLD_TOKENS)}
     table = {
         "hf": lambda: hf_runner(target, hf_generation_config(target, tok, cfg, False), cfg.sampling.greedy),
@@ -439,6 +445,7 @@ def machine_config(a: argparse.Namespace, plan: Plan, target, tree: TreeConfig, 
         "model": target.name, "loader": loader,
         "tree": {"spec": a.tree, **asdict(tree), **tree_info},
         "chain_tree": asdict(chain) if "eagle2-chain" in plan.methods else None,
+        "head_tree": asdict(replace(plan.head_tree or tree, lookup=0)) if "eagle2-head" in plan.methods else None,
         "methods": list(plan.methods), "temperature": plan.decode.sampling.temperature,
         "top_p": plan.decode.sampling.top_p, "top_k": plan.decode.sampling.top_k, "seed": a.seed,
         "max_new_tokens": plan.decode.max_new_tokens, "questions": a.questions,
