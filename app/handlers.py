@@ -33,6 +33,7 @@ from app.render import (
     token_steps,
 )
 from app.state import RunRecord
+from core.autotree import TreePlan
 from core.config import DecodeConfig, DecodeError, SamplingConfig, TreeConfig
 from core.events import StepEvent, summarize
 from core.exactness import Divergence, divergence_of, short_name
@@ -43,7 +44,7 @@ MAX_NEW_TOKENS = 1024  # UI / API cap (core accepts more; this keeps a public de
 MAX_PROMPT_TOKENS = 4096
 SIDES = ("baseline", "eagle")
 OUTPUTS = ("baseline-output", "eagle-output", "stats", "stats-charts", "draft-tree", "step-slider", "state")
-_TREE = TreeConfig()  # defaults shown in the UI and used by /run
+_TREE = TreeConfig()  # the engine's default tree (a Playground's TreePlan when none was planned)
 log = logging.getLogger("eagle_playground.requests")
 
 
@@ -197,8 +198,10 @@ class Playground:
     def __init__(self, tokenizer, baseline, eagle, *, text_every: float = 0.1, plot_every: float = 0.5,
                  charts_every: float = 2.0, max_new_tokens: int | None = None,
                  max_prompt_tokens: int | None = None, prompt_mode: str = "auto", system: str | None = None,
-                 limits: Limits | None = None):
+                 limits: Limits | None = None, trees: TreePlan | None = None):
         self.tok, self.baseline, self.eagle = tokenizer, baseline, eagle
+        # the tree a request gets unless it sets one: per sampling regime (greedy / sampled), shared by UI and /run
+        self.trees = trees or TreePlan.fixed(_TREE, "engine default")
         self.mode = resolve_prompt_mode(tokenizer, prompt_mode)  # 'chat' (user turn) or 'raw'; shown in the UI
         self.system = system
         self.text_every, self.plot_every, self.charts_every = text_every, plot_every, charts_every
@@ -279,8 +282,8 @@ class Playground:
 
     # ---------------------------------------------------------------------------------- input boundary
 
-    def prepare(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
-                lookup=_TREE.lookup, endpoint: str = "run"):
+    def prepare(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens=None, depth=None, top_k=None,
+                lookup=None, endpoint: str = "run"):
         """Validate inputs -> (fresh RunRecord, DecodeConfig), the one input check of the UI's event and `/run`;
         raises gr.Error with a clear one-line message (and logs one line) for anything outside self.limits."""
         try:
@@ -299,6 +302,7 @@ class Playground:
         if not prompt.strip():
             raise user_error("Enter a prompt first.", "Empty prompt")
         try:
+            total_tokens, depth, top_k, lookup = self.tree_settings(temperature, total_tokens, depth, top_k, lookup)
             cfg = make_config(max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
                               cap=self.cap, limits=self.limits)
         except ValueError as e:
@@ -319,6 +323,26 @@ class Playground:
         record = RunRecord(prompt=prompt, prompt_ids=ids, greedy=cfg.sampling.greedy, tree_depth=cfg.tree.depth,
                            model=self.model)
         return record, cfg
+
+    def tree_settings(self, temperature, total_tokens=None, depth=None, top_k=None, lookup=None) -> tuple:
+        """Tree settings a request left out (None) filled from the tree planned for its temperature's regime."""
+        planned = self.trees.for_temperature(as_float("temperature", temperature))
+        given = (total_tokens, depth, top_k, lookup)
+        return tuple(getattr(planned, f) if v is None else v
+                     for f, v in zip(("total_tokens", "depth", "top_k", "lookup"), given))
+
+    def planned_tree(self, temperature, touched: bool):
+        """UI: the temperature moved; the tree sliders follow the plan for its regime until the user moves them."""
+        try:
+            t = as_float("temperature", temperature)
+        except ValueError:
+            t = None
+        if touched or t is None:
+            return [gr.skip()] * 4
+        tree = self.trees.for_temperature(t)
+        lim = self.limits
+        return [min(tree.total_tokens, lim.total_tokens), min(tree.depth, lim.depth), min(tree.top_k, lim.top_k),
+                min(tree.lookup, lim.lookup)]
 
     @contextmanager
     def guarded(self, endpoint: str, record: RunRecord):
@@ -461,10 +485,12 @@ class Playground:
     # ---------------------------------------------------------------------------------- API
 
     def run(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
-            seed: int = 0, total_tokens: int = _TREE.total_tokens, depth: int = _TREE.depth,
-            top_k: int = _TREE.top_k, lookup: int = _TREE.lookup, request: gr.Request = None) -> dict:
+            seed: int = 0, total_tokens: int | None = None, depth: int | None = None,
+            top_k: int | None = None, lookup: int | None = None, request: gr.Request = None) -> dict:
         """Generate `prompt` with plain decoding and EAGLE-2; return both texts, whether the token ids are
-        identical, each method's statistics and the speedup (EAGLE-2 tokens/s over baseline tokens/s). At T = 0,
+        identical, each method's statistics and the speedup (EAGLE-2 tokens/s over baseline tokens/s). Tree
+        settings left out take the tree the UI would show for this temperature (planned per regime by `--tree
+        auto`); `tree` in the result says which tree ran. At T = 0,
         `divergence` says where outputs that differ part ways (index, both top-2 margins, near_tie, tolerance,
         label, dtype; core/exactness.py), else None. `note` says why a run stopped early (the time budget per
         request), else it is empty."""
@@ -492,22 +518,25 @@ class Playground:
             "baseline": stats["baseline"].as_dict(),
             "eagle": stats["eagle"].as_dict(),
             "speedup": e / b if b else 0.0,
+            "tree": dataclasses.asdict(cfg.tree),
             "note": record.note,
         }
 
 
-def auto_or_parse(spec: str | None, eagle, tokenizer) -> TreeConfig | None:
-    """--tree: None keeps the engine defaults; 'auto' measures this machine once (core/autotree.py); else 'T,D,K'."""
+def auto_or_parse(spec: str | None, eagle, tokenizer) -> TreePlan:
+    """--tree: None keeps the engine default; 'T,D,K[,L]' is used for every request; 'auto' measures this machine
+    once and plans one tree for greedy requests and one for sampled ones (core/autotree.py)."""
     if not spec:
-        return None
+        return TreePlan.fixed(_TREE, "engine default")
     if spec != "auto":
-        return TreeConfig.parse(spec)
-    from core.autotree import choose_tree
+        return TreePlan.fixed(TreeConfig.parse(spec), "given")
+    from core.autotree import plan_regimes
 
-    report = choose_tree(eagle, tokenizer("The history of the printing press").input_ids, max_new_tokens=48)
+    plan, reports = plan_regimes(eagle, tokenizer("The history of the printing press").input_ids, max_new_tokens=48)
     logging.getLogger("eagle_playground").info(
-        "auto tree: %s (verify ms by tree size %s)", report.chosen, {n: round(v, 1) for n, v in report.verify_ms.items()})
-    return report.chosen
+        "auto tree: greedy %s, sampled %s (verify ms by tree size %s)", plan.greedy, plan.sampled,
+        {n: round(v, 1) for n, v in reports["greedy"].verify_ms.items()})
+    return plan
 
 
 def warm_up(tokenizer, baseline, eagle, tokens: int = 8) -> None:

@@ -13,6 +13,7 @@ import gradio as gr
 from app.handlers import MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, Limits, Playground
 from app.plots import stats_figure, tree_figure
 from app.state import drop_record
+from core.autotree import TreePlan
 from core.config import TreeConfig
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
@@ -59,16 +60,22 @@ def serve(demo: gr.Blocks, host: str | None, port: int | None, share: bool) -> s
 
 def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str] | None = None,
                text_every: float = 0.1, plot_every: float = 0.5, max_new_tokens: int = MAX_NEW_TOKENS,
-               max_prompt_tokens: int = MAX_PROMPT_TOKENS, tree: TreeConfig | None = None,
+               max_prompt_tokens: int = MAX_PROMPT_TOKENS, tree: TreePlan | TreeConfig | None = None,
                prompt_mode: str = "auto", system: str | None = None, limits: Limits | None = None) -> gr.Blocks:
     """Blocks wired to the given tokenizer and decoders; `info` is one markdown line (model, head, device).
     prompt_mode 'auto' wraps prompts in the chat template when the tokenizer has one ('chat'), else 'raw'.
-    `limits` bounds every request (sliders and validation alike); max_new_tokens / max_prompt_tokens override it."""
+    `limits` bounds every request (sliders and validation alike); max_new_tokens / max_prompt_tokens override it.
+    `tree`: a TreePlan (app.py --tree auto plans one tree for greedy and one for sampled runs), one TreeConfig for
+    both, or None for the engine default. The tree sliders show the plan for the temperature chosen until the user
+    moves one of them; /run fills left-out tree settings the same way."""
+    trees = tree if isinstance(tree, TreePlan) else TreePlan.fixed(tree or TreeConfig(),
+                                                                   "given" if tree else "engine default")
     pg = Playground(tokenizer, baseline, eagle, text_every=text_every, plot_every=plot_every,
                     charts_every=max(2.0, 4 * plot_every), max_new_tokens=max_new_tokens,
-                    max_prompt_tokens=max_prompt_tokens, prompt_mode=prompt_mode, system=system, limits=limits)
+                    max_prompt_tokens=max_prompt_tokens, prompt_mode=prompt_mode, system=system, limits=limits,
+                    trees=trees)
     lim = pg.limits
-    tree_defaults = tree or TreeConfig()  # app.py --tree auto passes the measured choice of core/autotree.py
+    tree_defaults = trees.greedy  # the temperature slider starts at 0 (greedy)
     examples = load_examples() if examples is None else examples
     note = getattr(eagle, "note", "")
 
@@ -138,6 +145,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
         with gr.Accordion("How it works", open=False, elem_id="how-it-works"):
             gr.Markdown((STATIC / "intro.md").read_text(encoding="utf-8"), latex_delimiters=[])
         state = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=drop_record)
+        tree_touched = gr.State(False)  # set once the user moves a tree slider: from then on their tree is kept
 
         # ------------------------------------------------------------------------------------ listeners
         inputs = [prompt, max_new, temperature, top_p, seed, total_tokens, depth, top_k, lookup]
@@ -151,6 +159,11 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
         stop.click(pg.finish, [state], outputs, cancels=[run_event], queue=False, api_visibility="private")
         step.input(pg.show_step, [state, step], [tree], trigger_mode="always_last", show_progress="hidden",
                    api_visibility="private")
+        tree_sliders = [total_tokens, depth, top_k, lookup]
+        for slider in tree_sliders:  # .input fires on the user's own moves only, not on the updates below
+            slider.input(lambda: True, None, tree_touched, queue=False, api_visibility="private")
+        temperature.input(pg.planned_tree, [temperature, tree_touched], tree_sliders, queue=False,
+                          show_progress="hidden", api_visibility="private")
         gr.api(pg.run, api_name="run", concurrency_limit=1, concurrency_id="device",
                api_description="Generate the prompt with plain decoding and EAGLE-2; returns both texts, "
                                "token-identity, per-method statistics and the speedup.")

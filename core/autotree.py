@@ -41,6 +41,24 @@ class AutoTreeReport:
 
 
 @dataclass(frozen=True)
+class TreePlan:
+    """The tree for each sampling regime. Greedy and sampled runs accept very differently (at T=1 the head's guesses
+    are accepted far less often and copied text rarely repeats), so one tree cannot serve both."""
+
+    greedy: TreeConfig
+    sampled: TreeConfig
+    source: str = "engine default"  # "engine default" | "given" | "auto: ..."
+
+    @classmethod
+    def fixed(cls, tree: TreeConfig, source: str) -> TreePlan:
+        return cls(tree, tree, source)
+
+    def for_temperature(self, temperature: float) -> TreeConfig:
+        """The planned tree for a run at this temperature (0 = greedy)."""
+        return self.greedy if temperature <= 0 else self.sampled
+
+
+@dataclass(frozen=True)
 class Calibration:
     """What one calibration generation with a large tree saw, per verify step (head nodes only, root excluded)."""
 
@@ -153,3 +171,19 @@ def choose_tree(decoder: Eagle2Decoder, prompt_ids: list[int], depth: int = 6, t
     big = TreeConfig(total_tokens=max(sizes), depth=depth, top_k=top_k, lookup=lookup)
     cal = calibrate(decoder, prompt_ids, big, max_new_tokens, sampling)
     return plan_tree(cal, verify_profile(decoder.target, sizes), top_k, lookup, plan_lookup=not sampling.greedy)
+
+
+def plan_regimes(decoder: Eagle2Decoder, prompt_ids: list[int], depth: int = 6, top_k: int = 8,
+                 max_new_tokens: int = 64, sizes=SIZES, lookup: int = TreeConfig().lookup,
+                 seed: int = 0) -> tuple[TreePlan, dict[str, AutoTreeReport]]:
+    """`auto` for a server that takes both greedy and sampled requests: one verify profile of this machine, then one
+    calibration per regime (greedy, and sampled at T=1), each planned by `plan_tree` as `choose_tree` would."""
+    profile = verify_profile(decoder.target, sizes)
+    big = TreeConfig(total_tokens=max(sizes), depth=depth, top_k=top_k, lookup=lookup)
+    reports = {}
+    for name, sampling in (("greedy", SamplingConfig()), ("sampled", SamplingConfig(temperature=1.0, seed=seed))):
+        cal = calibrate(decoder, prompt_ids, big, max_new_tokens, sampling)
+        reports[name] = plan_tree(cal, profile, top_k, lookup, plan_lookup=not sampling.greedy)
+    plan = TreePlan(reports["greedy"].chosen, reports["sampled"].chosen,
+                    "auto: core.autotree.plan_regimes (one calibration greedy, one at T=1)")
+    return plan, reports

@@ -163,14 +163,43 @@ def test_run_api_returns_texts_and_stats():
     assert out["speedup"] == pytest.approx(2.0)
 
 
-def test_run_api_defaults_come_from_core_tree_config():
-    import inspect
+def test_run_api_defaults_come_from_the_tree_planned_for_the_temperature():
+    """/run without tree settings gets the tree the UI shows for that temperature: the greedy plan at T=0, the
+    sampled plan otherwise (--tree auto plans both); settings it does give override only themselves."""
+    from core.autotree import TreePlan
 
-    sig = inspect.signature(Playground.run)
-    d = TreeConfig()
-    assert (sig.parameters["total_tokens"].default, sig.parameters["depth"].default,
-            sig.parameters["top_k"].default) == (d.total_tokens, d.depth, d.top_k)
-    assert sig.parameters["max_new_tokens"].default == 128 and sig.parameters["temperature"].default == 0.0
+    pg, _, _ = make()
+    assert pg.run("Say: ", 64)["tree"] == dataclasses.asdict(TreeConfig())  # no plan: the engine default
+    greedy, sampled = TreeConfig(12, 2, 8, 10), TreeConfig(8, 1, 8, 0)
+    pg.trees = TreePlan(greedy, sampled, "auto")
+    assert pg.run("Say: ", 64)["tree"] == dataclasses.asdict(greedy)
+    assert pg.run("Say: ", 64, 0.8)["tree"] == dataclasses.asdict(sampled)
+    assert pg.run("Say: ", 64, 0.8, 1.0, 0, 5)["tree"] == dataclasses.asdict(TreeConfig(5, 1, 8, 0))
+    assert pg.run("Say: ", 64, 0.0, 1.0, 0, None, None, None, 0)["tree"]["lookup"] == 0
+
+
+def test_tree_sliders_follow_the_temperature_until_the_user_moves_them():
+    """The UI: moving the temperature sets the tree sliders to that regime's plan, unless a tree slider was moved."""
+    from app.ui import build_demo
+    from core.autotree import TreePlan
+    from fakes import tiny_stack
+
+    greedy, sampled = TreeConfig(12, 2, 8, 10), TreeConfig(8, 1, 8, 0)
+    pg, _, _ = make()
+    pg.trees = TreePlan(greedy, sampled, "auto")
+    assert pg.planned_tree(0.7, False) == [8, 1, 8, 0]
+    assert pg.planned_tree(0.0, False) == [12, 2, 8, 10]
+    assert all(is_skip(x) for x in pg.planned_tree(0.7, True))  # the user's own tree stays
+    assert all(is_skip(x) for x in pg.planned_tree("warm", False))  # odd input changes nothing here
+
+    tok, baseline, eagle = tiny_stack()
+    demo = build_demo(tok, baseline, eagle, tree=TreePlan(greedy, sampled, "auto"))
+    ids = {c.elem_id: c for c in demo.blocks.values() if getattr(c, "elem_id", None)}
+    assert [ids[k].value for k in ("tree-total", "tree-depth", "tree-top-k", "tree-lookup")] == [12, 2, 8, 10]
+    deps = demo.config["dependencies"]
+    sliders = {ids[k]._id for k in ("tree-total", "tree-depth", "tree-top-k", "tree-lookup")}
+    follow = [d for d in deps if [ids["temperature"]._id, "input"] in [list(t) for t in d["targets"]]]
+    assert len(follow) == 1 and set(follow[0]["outputs"]) == sliders
 
 
 def test_prompt_longer_than_the_context_is_refused():
@@ -207,16 +236,20 @@ def test_zero_gpu_wraps_the_device_work_with_a_duration(monkeypatch):
 
 
 def test_tree_flag_keeps_defaults_parses_or_measures():
-    """app.py --tree: absent keeps the engine defaults, 'T,D,K' is parsed, 'auto' measures (core/autotree.py)."""
+    """app.py --tree: absent keeps the engine default, 'T,D,K' is used for every request, 'auto' measures this
+    machine and plans one tree for greedy and one for sampled requests (core/autotree.py)."""
     from app.handlers import auto_or_parse
+    from core.autotree import TreePlan
     from core.config import TreeConfig
     from fakes import tiny_stack
 
     tok, _, eagle = tiny_stack()
-    assert auto_or_parse(None, eagle, tok) is None
-    assert auto_or_parse("10,4,3", eagle, tok) == TreeConfig(10, 4, 3)
-    chosen = auto_or_parse("auto", eagle, tok)
-    assert isinstance(chosen, TreeConfig) and 1 <= chosen.total_tokens <= 64
+    assert auto_or_parse(None, eagle, tok) == TreePlan.fixed(TreeConfig(), "engine default")
+    assert auto_or_parse("10,4,3", eagle, tok) == TreePlan.fixed(TreeConfig(10, 4, 3), "given")
+    plan = auto_or_parse("auto", eagle, tok)
+    assert plan.source.startswith("auto")
+    for chosen in (plan.greedy, plan.sampled):
+        assert isinstance(chosen, TreeConfig) and 1 <= chosen.total_tokens <= 64
     with pytest.raises(ValueError, match="total_tokens,depth,top_k"):
         auto_or_parse("ten", eagle, tok)
 
