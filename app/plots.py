@@ -201,6 +201,10 @@ def stats_figure(base: RunStats | None, eagle: RunStats | None) -> go.Figure:
         fig.add_trace(go.Bar(y=names, x=draft, orientation="h", name="draft head",
                              marker_color="#f58518", hovertemplate="%{x:.2f} s<extra>draft</extra>"),
                       row=1, col=3)
+        other = [base.other_s if base else 0.0, eagle.other_s if eagle else 0.0]
+        fig.add_trace(go.Bar(y=names, x=other, orientation="h", name="other (tree, accept, KV)",
+                             marker_color="#bab0ac", hovertemplate="%{x:.2f} s<extra>other</extra>"),
+                      row=1, col=3)
     fig.update_layout(barmode="stack", height=300, margin=dict(l=10, r=10, t=40, b=40), plot_bgcolor="white",
                       legend=dict(orientation="h", yanchor="top", y=-0.18, xanchor="right", x=1.0),
                       font=dict(size=11))

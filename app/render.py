@@ -247,7 +247,8 @@ def stats_html(base: RunStats, eagle: RunStats, badge: str = "") -> str:
         ("time to first token", ms(base.ttft_s), ms(eagle.ttft_s)),
         ("target forward passes", str(base.target_forwards), str(eagle.target_forwards)),
         ("τ (tokens per target forward)", f"{base.tau:.2f}", f"{eagle.tau:.2f}"),
-        ("draft / verify time", f"– / {ms(base.verify_s)}", f"{ms(eagle.draft_s)} / {ms(eagle.verify_s)}"),
+        ("draft / verify / other time", f"– / {ms(base.verify_s)} / {ms(base.other_s)}",
+         f"{ms(eagle.draft_s)} / {ms(eagle.verify_s)} / {ms(eagle.other_s)}"),
         ("draft acceptance", "–",
          f"{eagle.accept_rate:.1%} ({eagle.accepted_drafts} of {eagle.drafted_tokens} drafted)"),
     ]

@@ -145,7 +145,8 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
         with gr.Accordion("How it works", open=False, elem_id="how-it-works"):
             gr.Markdown((STATIC / "intro.md").read_text(encoding="utf-8"), latex_delimiters=[])
         state = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=drop_record)
-        tree_touched = gr.State(False)  # set once the user moves a tree slider: from then on their tree is kept
+        # set once the user moves a tree slider: from then on their tree is kept, not the planned one
+        tree_touched = gr.State(False, time_to_live=STATE_TTL_S)
 
         # ------------------------------------------------------------------------------------ listeners
         inputs = [prompt, max_new, temperature, top_p, seed, total_tokens, depth, top_k, lookup]

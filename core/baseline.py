@@ -37,11 +37,13 @@ class BaselineDecoder:
                 t0 = now(tgt.device)
                 hidden, _ = tgt.forward(ids, cache)
                 logits = tgt.logits(hidden[0, -1])  # (V,)
+                t1 = now(tgt.device)
                 tok = next_token(logits, cfg.sampling, gen)
                 margins, tops = top2(logits[None])  # the margin this token won by (core/exactness.py)
-                ms = (now(tgt.device) - t0) * 1000
+                t2 = now(tgt.device)
                 done = (cfg.stop_on_eos and tok in tgt.eos_ids) or step + 1 == cfg.max_new_tokens
-                yield StepEvent(step=step, method=self.method, new_token_ids=(tok,), verify_ms=ms, step_ms=ms,
+                yield StepEvent(step=step, method=self.method, new_token_ids=(tok,), verify_ms=(t1 - t0) * 1e3,
+                                step_ms=(t2 - t0) * 1e3,
                                 finished=done, margins=tuple(margins), top_logits=tuple(tops))
                 if done or (should_stop and should_stop()):
                     return

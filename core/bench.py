@@ -41,7 +41,7 @@ from typing import Callable
 import torch
 
 from core.bench_report import (  # noqa: F401  (re-exported: the pure arithmetic lives there)
-    acceptance_table, category_table, mean_tokens_per_s, pooled_tau, spec_bench_speedup, summarize_rows,
+    acceptance_table, category_table, mean_tokens_per_s, pooled_tau, spec_bench_speedup, step_table, summarize_rows,
     summary_table, write_html,
 )
 from core import pipeline
@@ -378,6 +378,9 @@ def make_row(q: dict, method: str, o: Outcome, reference: Outcome | None, dtype:
            "identical_to_baseline": same, "first_mismatch": first_diff}
     if same is False:
         row["divergence"] = divergence_record(reference, o, dtype)
+    if o.stats is not None:  # our decoders: mean ms per decode step (prefill excluded), split by what it ran
+        verify, draft, other = o.stats.step_split_ms
+        row["step_ms"] = {"target": verify, "draft": draft, "other": other, "steps": o.stats.target_forwards - 1}
     if method in EAGLE_METHODS and o.stats is not None:
         row.update(steps=o.stats.steps, accepted_drafts=o.stats.accepted_drafts, drafted_tokens=o.stats.drafted_tokens,
                    accept_rate=o.stats.accept_rate, accept_hist=list(o.stats.accept_hist),
@@ -538,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
     print(category_table(result["summary"]))
     print()
     print(acceptance_table(result["summary"]))
+    print()
+    print(step_table(result["summary"]))
     return 0
 
 

@@ -83,6 +83,26 @@ def acceptance(rows: Sequence[Row], method: str) -> dict:
     }
 
 
+def step_split(rows: Sequence[Row], method: str) -> dict | None:
+    """Mean ms per target forward, pooled over prompts: {"target", "draft", "other", "total"}.
+
+    Our decoders (rows with "step_ms"): decode steps after the prefill, split into the target's forward (LM head
+    included), the draft head's passes, and everything else; weights are each prompt's decode steps. `generate()`
+    (hf, hf-pld): wall seconds / target forwards, prefill included, as "total" only (its inside is not timed).
+    """
+    sel = _select(rows, method)
+    if sel and all("step_ms" in r for r in sel):
+        n = sum(r["step_ms"]["steps"] for r in sel)
+        if not n:
+            return None
+        out = {k: sum(r["step_ms"][k] * r["step_ms"]["steps"] for r in sel) / n for k in ("target", "draft", "other")}
+        return {**out, "total": sum(out.values())}
+    forwards = sum(r.get("target_forwards") or 0 for r in sel)
+    if not sel or any(r.get("target_forwards") is None for r in sel) or not forwards:
+        return None
+    return {"target": None, "draft": None, "other": None, "total": 1e3 * sum(r["seconds"] for r in sel) / forwards}
+
+
 def _figures(rows: Sequence[Row], method: str, category: str | None, methods: Sequence[str]) -> dict:
     def vs(ref: str) -> float | None:
         return spec_bench_speedup(rows, method, ref, category) if ref in methods else None
@@ -108,6 +128,7 @@ def summarize_rows(rows: Sequence[Row]) -> dict:
         s["unexplained_mismatches"] = unexplained_mismatches(rows, m)
         if any("accept_hist" in r for r in _select(rows, m)):
             s.update(acceptance(rows, m))
+        s["step_ms"] = step_split(rows, m)
         s["per_category"] = {c: _figures(rows, m, c, methods) for c in cats}
         out[m] = s
     return out
@@ -167,6 +188,20 @@ def acceptance_table(summary: dict, depths: int = 6) -> str:
             lines.append(f"| {m} | {_num(s['accept_rate'], '.3f')} | "
                          + ", ".join(f"{x:.2f}" for x in s["depth_accept"][:depths]) + " | "
                          + ", ".join(f"{x:.2f}" for x in s["n_alpha"][:depths]) + " |")
+    return "\n".join(lines)
+
+
+def step_table(summary: dict) -> str:
+    """Markdown: where a step's time goes, mean ms per target forward (see step_split)."""
+    lines = ["| method | ms per step | target forward | draft head | other (tree, lookup, accept, KV, record) |",
+             "|---|---|---|---|---|"]
+    for m, s in summary.items():
+        t = s.get("step_ms")
+        if not t:
+            continue
+        share = (lambda k: f"{t[k]:.1f} ({100 * t[k] / t['total']:.0f} %)") if t["target"] is not None else None
+        cells = [share(k) if share else "–" for k in ("target", "draft", "other")]
+        lines.append(f"| {m} | {t['total']:.1f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -45,28 +45,28 @@ class Eagle2Decoder:
             hidden, taps = tgt.forward(ids, cache, output_layers=dr.output_layers)  # (1, P, H); EAGLE-3 taps
             draft_in = hidden if taps is None else taps  # the features this head reads
             logits = tgt.logits(hidden[0, -1])  # (V,)
+            t1 = now(tgt.device)
             root = next_token(logits, s, gen)
             margins, tops = top2(logits[None])  # the margin each emitted token won by (core/exactness.py)
-            t1 = now(tgt.device)
+            t2 = now(tgt.device)
             if drafting:
                 feat = dr.extend(dstate, draft_in, torch.tensor([prompt_ids[1:] + [root]], device=tgt.device))
-            t2 = now(tgt.device)
+            t3 = now(tgt.device)
             produced, done = 1, self._done(root, 1, cfg)
             history = list(prompt_ids) + [root]  # what context lookup searches
-            yield StepEvent(0, self.method, (root,), verify_ms=(t1 - t0) * 1e3, draft_ms=(t2 - t1) * 1e3,
-                            step_ms=(t2 - t0) * 1e3, draft_forwards=int(drafting), finished=done, note=self.note,
+            yield StepEvent(0, self.method, (root,), verify_ms=(t1 - t0) * 1e3, draft_ms=(t3 - t2) * 1e3,
+                            step_ms=(t3 - t0) * 1e3, draft_forwards=int(drafting), finished=done, note=self.note,
                             margins=tuple(margins), top_logits=tuple(tops))
             step = 0
             while not done and not (should_stop and should_stop()):
                 step += 1
                 t0 = now(tgt.device)
                 # 1. draft: grow the candidate pool, keep the best total_tokens nodes (parents always kept)
-                if drafting:
-                    pool = dr.grow(dstate, root, feat, cfg.tree)
+                pool = dr.grow(dstate, root, feat, cfg.tree) if drafting else None
+                t_grown = now(tgt.device)
+                if pool:
                     check_finite("draft scores", pool.scores)
-                    kept = tree.select_nodes(pool.parents, pool.scores, cfg.tree.total_tokens)
-                else:
-                    pool, kept = None, [0]
+                kept = tree.select_nodes(pool.parents, pool.scores, cfg.tree.total_tokens) if pool else [0]
                 parents = tree.subtree_parents(pool.parents, kept) if pool else [-1]
                 tokens = [pool.tokens[i] for i in kept] if pool else [root]
                 # 1b. context lookup: graft the tokens that followed the last occurrence of the current suffix
@@ -79,40 +79,48 @@ class Eagle2Decoder:
                                            tree.ancestor_mask(parents), output_layers=dr.output_layers)  # (1, N, H)
                 draft_in = hidden if taps is None else taps
                 logits = tgt.logits(hidden[0])  # (N, V)
-                best, greedy_ids = row_max(logits)  # (N,) each: the finiteness check and greedy targets in one pass
-                check_finite("target logits", best)
-                # 3. accept
+                t2 = now(tgt.device)
+                # 3. accept: only the rows the walk visits are reduced (about tau of N), each checked for NaN/inf
                 kids = tree.children(parents)
                 if s.greedy:
-                    path, bonus = accept_greedy(kids, tokens, greedy_ids.tolist())
+                    path, bonus = accept_greedy(kids, tokens, lambda n: self._row(logits, n)[1])
                 else:
-                    path, bonus = accept_sampled(kids, tokens, lambda n: target_probs(logits[n], s), gen)
+                    path, bonus = accept_sampled(kids, tokens, lambda n: target_probs(self._row(logits, n)[0], s), gen)
                 accepted = [tokens[i] for i in path[1:]] + [bonus]
                 new, done = self._clip(accepted, produced, cfg)
                 margins, tops = top2(logits[path[:len(new)]])  # (len(new), V): new token k was chosen at path[k]
                 # 4. commit: compact the target cache to the accepted path; the draft reads the real features
                 kv_cache.keep(cache, prefix, path)
-                t2 = now(tgt.device)
+                t3 = now(tgt.device)
                 extended = drafting and not done
                 if extended:
                     feat = dr.extend(dstate, draft_in[:, path], torch.tensor([accepted], device=tgt.device))
+                t4 = now(tgt.device)
                 root = bonus
                 produced += len(new)
                 history += new
-                t3 = now(tgt.device)
                 # 5. emit
                 nodes = tuple(
                     TreeNode(i, parents[i], tokens[i], depths[i], pool.scores[kept[i]] if pool and i < n_head else 0.0,
                              i in path, "root" if i == 0 else "head" if i < n_head else "lookup")
                     for i in range(len(tokens))
                 )
-                yield StepEvent(step, self.method, tuple(new), nodes, tuple(path), draft_ms=(t1 - t0 + t3 - t2) * 1e3,
-                                verify_ms=(t2 - t1) * 1e3, step_ms=(t3 - t0) * 1e3, finished=done, note=self.note,
+                t5 = now(tgt.device)  # step time = draft (grow, extend) + verify (target forward) + the rest
+                yield StepEvent(step, self.method, tuple(new), nodes, tuple(path),
+                                draft_ms=(t_grown - t0 + t4 - t3) * 1e3, verify_ms=(t2 - t1) * 1e3,
+                                step_ms=(t5 - t0) * 1e3, finished=done, note=self.note,
                                 draft_forwards=(pool.forwards if pool else 0) + int(extended),
                                 margins=tuple(margins), top_logits=tuple(tops))
         finally:
             kv_cache.free(cache)
             dstate.free()
+
+    @staticmethod
+    def _row(logits: torch.Tensor, n: int) -> tuple[torch.Tensor, int]:
+        """Row n of the verify logits (V,), checked finite, and its greedy token (one max reduction for both)."""
+        best, idx = row_max(logits[n])
+        check_finite("target logits", best)
+        return logits[n], int(idx)
 
     def _done(self, tok: int, produced: int, cfg: DecodeConfig) -> bool:
         return (cfg.stop_on_eos and tok in self.target.eos_ids) or produced >= cfg.max_new_tokens

@@ -26,9 +26,10 @@ class StepEvent:
     new_token_ids: tuple[int, ...]  # accepted drafts then the target's own (bonus) token
     tree: tuple[TreeNode, ...] = ()  # empty for baseline and for the prefill step
     accepted_path: tuple[int, ...] = ()  # node ids, root first
-    draft_ms: float = 0.0
-    verify_ms: float = 0.0
-    step_ms: float = 0.0  # compute time of this step measured inside core
+    draft_ms: float = 0.0  # draft-head passes: growing the tree and reading the accepted features (extend)
+    verify_ms: float = 0.0  # the target's forward over the step's tokens, LM head included
+    step_ms: float = 0.0  # compute time of this step measured inside core; the rest of it is "other" (tree
+    #                       building, context lookup, acceptance, margins, KV compaction, the step record)
     target_forwards: int = 1
     draft_forwards: int = 0
     finished: bool = False
@@ -61,11 +62,20 @@ class RunStats:
     accept_rate: float  # accepted drafts / drafted tree tokens
     accept_hist: tuple[int, ...] = field(default_factory=tuple)  # steps that accepted exactly j drafts
     depth_accept: tuple[float, ...] = field(default_factory=tuple)  # P(path reaches depth d), d = 1..
+    # mean ms per decode step after the prefill: target forward, draft-head passes, everything else
+    step_split_ms: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    @property
+    def other_s(self) -> float:
+        """Step time spent outside the target forward and the draft head (tree, lookup, acceptance, KV, record)."""
+        return max(self.seconds - self.draft_s - self.verify_s, 0.0)
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)
         d["accept_hist"] = list(self.accept_hist)
         d["depth_accept"] = list(self.depth_accept)
+        d["step_split_ms"] = list(self.step_split_ms)
+        d["other_s"] = self.other_s
         return d
 
 
@@ -87,6 +97,11 @@ def summarize(events: list[StepEvent] | tuple[StepEvent, ...]) -> RunStats:
     max_depth = len(hist) - 1
     depth_accept = tuple(sum(hist[j] for j in range(d, len(hist))) / n for d in range(1, max_depth + 1)) if n else ()
     drafted = sum(len(e.tree) - 1 for e in verify_steps)
+    decode = [e for e in events if e.step > 0]  # the prefill step is a different shape of work
+    split = (0.0, 0.0, 0.0)
+    if decode:
+        v, d = (sum(e.verify_ms for e in decode) / len(decode), sum(e.draft_ms for e in decode) / len(decode))
+        split = (v, d, max(sum(e.step_ms for e in decode) / len(decode) - v - d, 0.0))
     accepted = sum(e.accepted_drafts for e in verify_steps)
     return RunStats(
         method=method,
@@ -105,4 +120,5 @@ def summarize(events: list[StepEvent] | tuple[StepEvent, ...]) -> RunStats:
         accept_rate=accepted / drafted if drafted else 0.0,
         accept_hist=tuple(hist),
         depth_accept=depth_accept,
+        step_split_ms=split,
     )

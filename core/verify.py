@@ -7,22 +7,27 @@ token is sampled from that residual. This reproduces p exactly (EAGLE maintainer
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
 from core.sampling import sample, uniform
 
 
-def accept_greedy(kids: list[list[int]], tokens: list[int], target_argmax: list[int]) -> tuple[list[int], int]:
+def accept_greedy(
+    kids: list[list[int]], tokens: list[int], target_argmax: Sequence[int] | Callable[[int], int]
+) -> tuple[list[int], int]:
     """Longest path whose every token equals the target's argmax at its parent.
 
-    kids: children per node; tokens: token id per node; target_argmax: the target's greedy token after each node.
+    kids: children per node; tokens: token id per node; target_argmax: the target's greedy token after each node,
+    as a table or as a function of the node (asked only for the nodes the walk visits, so a decoder reduces about
+    tau of the tree's N logits rows rather than all of them).
     Returns (path of node ids, root first; bonus token = target's token after the last path node).
     """
+    greedy_at = target_argmax if callable(target_argmax) else target_argmax.__getitem__
     path = [0]
     while True:
-        want = target_argmax[path[-1]]
+        want = greedy_at(path[-1])
         nxt = next((c for c in kids[path[-1]] if tokens[c] == want), None)
         if nxt is None:
             return path, want

@@ -11,7 +11,7 @@ import torch
 
 from core.bench import main, rotation, select_questions, trim_at_eos
 from core.bench_report import (
-    acceptance_table, category_table, pooled_tau, spec_bench_speedup, summarize_rows, summary_table,
+    acceptance_table, category_table, pooled_tau, spec_bench_speedup, step_table, summarize_rows, summary_table,
 )
 from core.draft_head import HeadConfig, init_head, save_head
 from core.pipeline import encode_prompt
@@ -99,6 +99,13 @@ def test_end_to_end_all_methods(stack, tmp_path, capsys):
     assert "| method | tok/s | speedup vs hf | speedup vs baseline | τ | mismatches |" in captured.out
     assert "| eagle2-chain |" in captured.out and "| n-α 0.. (conditional) |" in captured.out
     assert all(0.0 <= x <= 1.0 for x in s["eagle2-chain"]["n_alpha"])
+    # where a step's time goes: our decoders split it, generate() gives its mean per forward
+    for m in ("baseline", "eagle2"):
+        t = s[m]["step_ms"]
+        assert min(t["target"], t["other"]) > 0 and t["total"] == pytest.approx(t["target"] + t["draft"] + t["other"])
+    assert s["baseline"]["step_ms"]["draft"] == 0 and s["eagle2"]["step_ms"]["draft"] > 0
+    assert s["hf"]["step_ms"]["target"] is None and s["hf"]["step_ms"]["total"] > 0
+    assert "| method | ms per step | target forward | draft head |" in captured.out
 
 
 def test_sampled_run_with_auto_tree(stack, tmp_path, capsys):
@@ -165,6 +172,16 @@ def test_acceptance_pools_steps_and_conditions_per_depth():
     assert a["n_alpha"] == pytest.approx([6 / 10, 4 / 6, 1 / 4])  # depth n+1 given depth n
     table = acceptance_table({"eagle2-chain": a, "hf": {"tau": 1.0}})
     assert "| eagle2-chain | 0.275 | 0.60, 0.40, 0.10 | 0.60, 0.67, 0.25 |" in table and "| hf |" not in table
+
+
+def test_step_split_weights_prompts_by_their_decode_steps():
+    rows = [{**_row(1, "eagle2", 10.0), "step_ms": {"target": 10.0, "draft": 2.0, "other": 1.0, "steps": 3}},
+            {**_row(2, "eagle2", 10.0), "step_ms": {"target": 20.0, "draft": 4.0, "other": 3.0, "steps": 1}},
+            _row(1, "hf", 10.0, new=10, fw=10), _row(2, "hf", 20.0, new=10, fw=10)]
+    s = summarize_rows(rows)
+    assert s["eagle2"]["step_ms"] == pytest.approx({"target": 12.5, "draft": 2.5, "other": 1.5, "total": 16.5})
+    assert s["hf"]["step_ms"]["total"] == pytest.approx(1e3 * (1.0 + 0.5) / 20)  # wall seconds / forwards
+    assert "| eagle2 | 16.5 | 12.5 (76 %) | 2.5 (15 %) | 1.5 (9 %) |" in step_table(s)
 
 
 def test_pure_helpers():

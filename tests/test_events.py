@@ -62,7 +62,18 @@ def test_summarize_baseline_and_empty():
 def test_as_dict_is_plain_data():
     d = summarize(eagle_events()).as_dict()
     assert d["accept_hist"] == [1, 1, 1] and isinstance(d["depth_accept"], list)
-    assert set(d) == {f.name for f in dataclasses.fields(RunStats)}
+    assert set(d) == {f.name for f in dataclasses.fields(RunStats)} | {"other_s"}
+    assert d["step_split_ms"] == pytest.approx([5.5 / 3, 4.5 / 3, 0.0])
+
+
+def test_step_split_is_target_draft_and_the_rest_after_prefill():
+    """Mean ms per decode step (prefill excluded): target forward, draft head, and what neither explains."""
+    ev = [StepEvent(0, "eagle2", (1,), draft_ms=50.0, verify_ms=50.0, step_ms=100.0),
+          StepEvent(1, "eagle2", (2, 3), nodes([-1, 0], (0, 1)), (0, 1), draft_ms=4.0, verify_ms=10.0, step_ms=16.0),
+          StepEvent(2, "eagle2", (4,), nodes([-1, 0], (0,)), (0,), draft_ms=2.0, verify_ms=12.0, step_ms=18.0)]
+    s = summarize(ev)
+    assert s.step_split_ms == pytest.approx((11.0, 3.0, 3.0))
+    assert s.other_s == pytest.approx(0.134 - 0.056 - 0.072)  # over the whole run, prefill included
 
 
 def test_events_are_frozen():
@@ -84,3 +95,4 @@ def test_draft_forwards_count_real_head_calls(tree):
     _, events = run(Eagle2Decoder(tgt, EagleDrafter(head, tgt)), PROMPT, DecodeConfig(max_new_tokens=20, tree=tree))
     assert summarize(events).draft_forwards == len(calls)
     assert summarize(events).target_forwards == len(events)
+    assert all(e.step_ms >= e.verify_ms + e.draft_ms for e in events)  # the split's parts lie inside the step

@@ -160,7 +160,7 @@ def test_stats_html_reports_speedup_tau_and_split():
     html = stats_html(b, e, identical_badge([1], [1], True, True))
     assert "2.00× speedup" in html
     assert "2.40" in html  # tau = 12 tokens / 5 target forwards
-    assert "time to first token" in html and "draft / verify time" in html and "token-identical" in html
+    assert "time to first token" in html and "draft / verify / other time" in html and "token-identical" in html
 
 
 def test_token_label_shows_whitespace():
