@@ -24,6 +24,8 @@ Our methods: eagle2 = the engine as configured: the head's dynamic tree plus the
 chain (top_k 1, no lookup, depth 6 or the tree's if deeper); lookup = the lookup chain alone, no head (our engine's
 prompt lookup, next to transformers' hf-pld). eagle2-head-b / eagle2-chain-b = eagle2-head / eagle2-chain with the
 head given by --head-b, so two heads (e.g. EAGLE-3 and EAGLE-1/2 trained on the same data) race in one run.
+eagle2-greedy-tree = eagle2 with the tree `auto` plans from a greedy calibration, for sampled runs: next to eagle2
+(whose `auto` calibrates at the run's own temperature) it shows what planning per sampling regime buys.
 """
 from __future__ import annotations
 
@@ -54,8 +56,9 @@ from core.timing import now
 from core.train.evaluate import spec_bench_category
 
 METHODS = ("hf", "hf-pld", "baseline", "eagle2", "eagle2-head", "eagle2-chain", "lookup", "eagle2-head-b",
-           "eagle2-chain-b")
-EAGLE_METHODS = ("eagle2", "eagle2-head", "eagle2-chain", "lookup", "eagle2-head-b", "eagle2-chain-b")
+           "eagle2-chain-b", "eagle2-greedy-tree")
+EAGLE_METHODS = ("eagle2", "eagle2-head", "eagle2-chain", "lookup", "eagle2-head-b", "eagle2-chain-b",
+                 "eagle2-greedy-tree")
 B_METHODS = ("eagle2-head-b", "eagle2-chain-b")  # the same variants with --head-b (two heads, one interleaved run)
 PLD_TOKENS = 10  # prompt_lookup_num_tokens, as in Spec-Bench's PLD runs
 
@@ -119,6 +122,8 @@ def validate(a: argparse.Namespace) -> Plan:
         raise BenchError(f"unknown method(s) {unknown or a.methods!r}; choose from {','.join(METHODS)}")
     if len(set(methods)) != len(methods):
         raise BenchError(f"duplicate method in {a.methods!r}")
+    if "eagle2-greedy-tree" in methods and a.tree != "auto":
+        raise BenchError("eagle2-greedy-tree compares auto's greedy plan with eagle2's: it needs --tree auto")
     if any(m in B_METHODS for m in methods) != bool(getattr(a, "head_b", None)):
         raise BenchError("--head-b and the methods eagle2-head-b / eagle2-chain-b go together")
     if getattr(a, "head_b", None):
@@ -315,11 +320,13 @@ def chain_tree(tree: TreeConfig) -> TreeConfig:
 
 
 def make_runners(plan: Plan, target, tok, baseline, eagle, tree: TreeConfig,
-                 eagle_b=None) -> dict[str, tuple[Runner, Digest]]:
-    """Method name -> (timed runner, digest). `eagle_b`: the decoder over --head-b, for the *-b methods."""
+                 eagle_b=None, greedy_tree: TreeConfig | None = None) -> dict[str, tuple[Runner, Digest]]:
+    """Method name -> (timed runner, digest). `eagle_b`: the decoder over --head-b, for the *-b methods;
+    `greedy_tree`: auto's greedy plan, for eagle2-greedy-tree."""
     cfg = DecodeConfig(plan.decode.max_new_tokens, plan.decode.sampling, tree)
     variant = {"eagle2-head": replace(plan.head_tree or tree, lookup=0), "eagle2-chain": chain_tree(tree),
-               "lookup": TreeConfig(total_tokens=1, depth=1, top_k=1, lookup=PLD_TOKENS)}
+               "lookup": TreeConfig(total_tokens=1, depth=1, top_k=1, lookup=PLD_TOKENS),
+               "eagle2-greedy-tree": greedy_tree or tree}
     table = {
         "hf": lambda: hf_runner(target, hf_generation_config(target, tok, cfg, False), cfg.sampling.greedy),
         "hf-pld": lambda: hf_runner(target, hf_generation_config(target, tok, cfg, True), cfg.sampling.greedy),
@@ -497,7 +504,10 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
         from core.eagle import Eagle2Decoder
 
         eagle_b = Eagle2Decoder(target, EagleDrafter(pipeline.read_head(a.head_b, target), target))
-    runners = make_runners(plan, target, tok, baseline, eagle, tree, eagle_b)
+    greedy_tree, greedy_info = None, None
+    if "eagle2-greedy-tree" in plan.methods:
+        greedy_tree, greedy_info = resolve_tree(None, eagle, prompts[0], SamplingConfig())
+    runners = make_runners(plan, target, tok, baseline, eagle, tree, eagle_b, greedy_tree)
     compare = plan.decode.sampling.greedy and "baseline" in plan.methods
     print(f"[bench] {target.name} on {target.device} ({target.dtype}), {len(questions)} prompts, "
           f"methods {','.join(plan.methods)}, tree {tree} ({tree_info['source']}); warming up ...", file=sys.stderr)
@@ -515,6 +525,8 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
         head = f"shipped for the model: {pipeline.default_head(a.model)}"
     else:
         head = "none: untrained random head"
+    if greedy_tree is not None:
+        config["greedy_tree"] = {**asdict(greedy_tree), **greedy_info}
     return {"config": {**config, "head": head, "head_trained": head_trained, "head_b": getattr(a, "head_b", None)},
             "per_prompt": rows, "summary": summarize_rows(rows)}
 

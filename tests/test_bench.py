@@ -110,14 +110,17 @@ def test_end_to_end_all_methods(stack, tmp_path, capsys):
 
 def test_sampled_run_with_auto_tree(stack, tmp_path, capsys):
     out = tmp_path / "s.json"
-    rc = main(_args(stack, out, "--methods", "hf,baseline,eagle2,eagle2-head", "--limit", "1", "--temperature", "0.8",
-                    "--tree", "auto", "--head-tree", "5,3,2"))
+    rc = main(_args(stack, out, "--methods", "hf,baseline,eagle2,eagle2-head,eagle2-greedy-tree", "--limit", "1",
+                    "--temperature", "0.8", "--tree", "auto", "--head-tree", "5,3,2"))
     assert rc == 0, capsys.readouterr().err
     res = json.loads(out.read_text())
     assert res["config"]["tree"]["spec"] == "auto" and res["config"]["tree"]["source"].startswith("auto")
     head_tree = res["config"]["head_tree"]  # --head-tree: the head alone at a fixed tree while eagle2 runs at auto
     assert (head_tree["total_tokens"], head_tree["depth"], head_tree["top_k"], head_tree["lookup"]) == (5, 3, 2, 0)
     assert res["summary"]["eagle2-head"]["tau"] >= 1.0
+    greedy = res["config"]["greedy_tree"]  # auto's greedy plan, raced next to eagle2's sampled plan
+    assert greedy["source"].startswith("auto") and "verify_ms" in greedy and greedy["total_tokens"] >= 1
+    assert res["summary"]["eagle2-greedy-tree"]["tau"] >= 1.0 and res["summary"]["eagle2-greedy-tree"]["step_ms"]
     assert res["config"]["head"] == stack["head"] and res["config"]["head_trained"] is True
     assert all(r["identical_to_baseline"] is None for r in res["per_prompt"])
     assert all(v["mismatches"] is None for v in res["summary"].values())
@@ -212,6 +215,7 @@ def test_prompt_uses_chat_template_when_present():
     ["--temperature", "-1"],
     ["--categories", "poetry"],
     ["--max-new-tokens", "many"],
+    ["--methods", "baseline,eagle2-greedy-tree"],  # _args gives a fixed tree: nothing to compare auto's plans with
 ])
 def test_bad_arguments_exit_with_one_line(stack, tmp_path, capsys, extra):
     args = _args(stack, tmp_path / "x.json", "--methods", "baseline") + extra
