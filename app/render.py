@@ -4,7 +4,7 @@ Text comes only from the tokenizer (never reconstructed from strings the engine 
 token owns the piece of text its id added to the cumulative decode, so concatenating the pieces always equals
 `tokenizer.decode(ids)`; a character split over several byte tokens is attributed to the token that completes it.
 
-Colours follow the engine's facts, not text search (design.md §5): in an EAGLE-2 step the first
+Colours follow the engine's facts, not text search (docs/ARCHITECTURE.md §3): in an EAGLE-2 step the first
 `len(accepted_path) - 1` tokens are accepted drafts at depths 1, 2, ... and the next one is the target's own token
 (the bonus token, "d0"). The prefill token is the target's own too.
 """
@@ -234,7 +234,7 @@ def is_identical(base_ids: Sequence[int], eagle_ids: Sequence[int]) -> bool:
 
 
 def stats_html(base: RunStats, eagle: RunStats, badge: str = "") -> str:
-    """Side-by-side table of request statistics (metric names as in serving-and-ui.md §1)."""
+    """Side-by-side table of request statistics (metric names as in docs/ARCHITECTURE.md §4)."""
     speedup = eagle.tokens_per_s / base.tokens_per_s if base.tokens_per_s and eagle.tokens_per_s else 0.0
 
     def ms(x: float) -> str:

@@ -6,7 +6,7 @@ python -m core.bench --questions FILE.jsonl [--categories a,b] [--limit N] [--pe
     [--tree auto|T,D,K[,L]] [--head-tree T,D,K] [--head-b H2]
     [--dtype fp32|bf16] [--device D] [--threads N] [--raw] --json OUT [--html OUT] [--seed S]
 
-Protocol (serving-and-ui.md §2): batch 1, the first turn of each question as the prompt, one uncounted warm-up
+Protocol (docs/ARCHITECTURE.md §5): batch 1, the first turn of each question as the prompt, one uncounted warm-up
 generation per method on the first prompt, then per prompt every method back to back in rotating order (prompt i
 starts with method i mod M) so machine drift hits all alike. Every method is timed the same way: perf_counter (after
 a CUDA synchronize) around the whole call, i.e. around consuming our decoders' generators, not the sum of step_ms.

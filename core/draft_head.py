@@ -44,7 +44,7 @@ class HeadConfig:
 
     @classmethod
     def for_target(cls, hidden: int, vocab: int, draft_vocab: int = 0) -> "HeadConfig":
-        """Own standard geometry (head_dim 64) rather than mirroring the target's layers (eagle.md §9)."""
+        """Own standard geometry (head_dim 64) rather than mirroring the target's layers (docs/ARCHITECTURE.md §2)."""
         heads = max(1, hidden // 64)
         return cls(hidden_size=hidden, intermediate_size=hidden * 3, num_attention_heads=heads,
                    num_key_value_heads=heads, head_dim=64, vocab_size=vocab, draft_vocab_size=draft_vocab)

@@ -1,6 +1,6 @@
 """The immutable per-step record that flows from the decoders to the UI, and its pure summary.
 
-Notation (serving-and-ui.md): tau = new tokens / target forward passes, bonus token included (plain decoding = 1.00).
+Notation (docs/ARCHITECTURE.md §4): tau = new tokens / target forward passes, bonus token included (plain decoding = 1.00).
 Per-depth acceptance is UNCONDITIONAL: share of verify steps whose accepted path reached depth d.
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ The only module that knows transformers model internals. One forward serves pref
 verification: new tokens get explicit positions and a 4D additive mask in which each token sees the committed
 prefix, its ancestors and itself. Sliding-window layers (Gemma 3, Mistral) get the window applied in the mask,
 while the cache keeps full-length K/V in every layer: a window-trimming cache would evict prefix entries that a
-rejected tree branch still needs (eagle.md §9).
+rejected tree branch still needs (docs/ARCHITECTURE.md §2).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Pure draft-tree logic for EAGLE-2 (no nn, no transformers): selection, masks, depths, children.
 
 A tree is described by `parents` alone: parents[0] == -1 is the root (the last committed token) and every other
-node's parent has a smaller index. Masks, depths and paths are all derived from it (design.md: never carried
+node's parent has a smaller index. Masks, depths and paths are all derived from it (docs/ARCHITECTURE.md §2: never carried
 separately, no offset arithmetic that encodes top_k).
 
 EAGLE-2 (arXiv 2406.16858 §4): nodes are valued by their cumulative draft log-probability; expansion keeps the best

@@ -1,4 +1,4 @@
-"""Greedy EAGLE-2 == greedy baseline, token for token (design.md §8.1), on tiny random targets of five families.
+"""Greedy EAGLE-2 == greedy baseline, token for token (docs/ARCHITECTURE.md §6.1), on tiny random targets of five families.
 
 Losslessness does not depend on draft quality, so an untrained head must reproduce the baseline exactly; the
 `OracleDrafter` plants the right answer along random paths so that long accepted chunks, non-contiguous cache

@@ -1,4 +1,4 @@
-"""summarize() arithmetic on hand-made events (design.md §8.6), and the draft-forward accounting of a real run."""
+"""summarize() arithmetic on hand-made events (docs/ARCHITECTURE.md §6.6), and the draft-forward accounting of a real run."""
 from __future__ import annotations
 
 import dataclasses

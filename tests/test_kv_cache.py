@@ -1,4 +1,4 @@
-"""KV compaction (design.md §8.5): after keep(), the cache is exactly the cache of prompt + accepted tokens."""
+"""KV compaction (docs/ARCHITECTURE.md §6.5): after keep(), the cache is exactly the cache of prompt + accepted tokens."""
 from __future__ import annotations
 
 import pytest

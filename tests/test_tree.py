@@ -1,4 +1,4 @@
-"""Pure tree logic on hand-built trees (design.md §8.3): depths, children, ancestor masks, rerank, re-indexing."""
+"""Pure tree logic on hand-built trees (docs/ARCHITECTURE.md §6.3): depths, children, ancestor masks, rerank, re-indexing."""
 from __future__ import annotations
 
 import torch

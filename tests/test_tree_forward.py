@@ -1,4 +1,4 @@
-"""One tree-masked target forward == running every root-to-leaf path on its own (design.md §8.2).
+"""One tree-masked target forward == running every root-to-leaf path on its own (docs/ARCHITECTURE.md §6.2).
 
 Catches 4D-mask and position bugs (transformers #29525-style regressions). With Gemma 3 and Mistral the prefix is
 longer than the sliding window and one branch is deeper than the window, so the window inside the tree counts too.

@@ -1,4 +1,4 @@
-"""Acceptance rules on synthetic targets (design.md §8.4): greedy lengths 0 / partial / full + bonus; the sampled
+"""Acceptance rules on synthetic targets (docs/ARCHITECTURE.md §6.4): greedy lengths 0 / partial / full + bonus; the sampled
 rule reproduces the target distribution exactly (checked here without a model, with a fixed generator)."""
 from __future__ import annotations
 
