@@ -37,10 +37,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--total-tokens", type=int, default=tree.total_tokens, help="tree nodes per step, root included")
-    p.add_argument("--depth", type=int, default=tree.depth, help="draft levels below the root")
-    p.add_argument("--top-k", type=int, default=tree.top_k, help="branching per expanded node")
-    p.add_argument("--lookup", type=int, default=tree.lookup, help="context-lookup tokens in the tree (0 = off)")
+    p.add_argument("--tree", default=f"{tree.total_tokens},{tree.depth},{tree.top_k},{tree.lookup}",
+                   help="total_tokens,depth,top_k[,lookup]: tree nodes per step (root included), draft levels, "
+                        "branching per expanded node, context-lookup tokens (0 = off); the same syntax as the app "
+                        "and core.bench (default %(default)s)")
     p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 | auto (default: bf16, fp16 on old GPUs)")
     p.add_argument("--device", default=None, help="cpu | cuda | mps | auto (default: auto)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text + summary")
@@ -55,7 +55,7 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
     return DecodeConfig(
         max_new_tokens=args.max_new_tokens,
         sampling=SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed),
-        tree=TreeConfig(total_tokens=args.total_tokens, depth=args.depth, top_k=args.top_k, lookup=args.lookup),
+        tree=TreeConfig.parse(args.tree),
     )
 
 

@@ -62,7 +62,7 @@ def base_args(folders, method: str, *extra: str) -> list[str]:
 
 def test_cli_json_baseline_and_eagle2_agree(folders):
     runs = {}
-    for method, extra in [("baseline", ()), ("eagle2", ("--total-tokens", "10", "--depth", "3", "--top-k", "3"))]:
+    for method, extra in [("baseline", ()), ("eagle2", ("--tree", "10,3,3"))]:
         proc = cli(*base_args(folders, method, *extra, "--json"))
         assert proc.returncode == 0, proc.stderr
         runs[method] = json.loads(proc.stdout)
@@ -86,7 +86,7 @@ def test_cli_json_baseline_and_eagle2_agree(folders):
 
 
 def test_cli_text_output_with_a_head_folder(folders, capsys):
-    rc = main(base_args(folders, "eagle2", "--head", str(folders["head"]), "--total-tokens", "6", "--depth", "2"))
+    rc = main(base_args(folders, "eagle2", "--head", str(folders["head"]), "--tree", "6,2,10"))
     out = capsys.readouterr().out.strip().splitlines()
     assert rc == 0
     assert out[-1].startswith("[eagle2] 40 tokens in ") and "tau" in out[-1] and "note" not in out[-1]
@@ -97,7 +97,7 @@ def test_cli_text_output_with_a_head_folder(folders, capsys):
 def test_cli_sampling_is_seeded(folders, capsys):
     def sample(seed: str) -> list[int]:
         assert main(base_args(folders, "eagle2", "--temperature", "0.8", "--top-p", "0.9", "--seed", seed,
-                              "--total-tokens", "6", "--depth", "2", "--json")) == 0
+                              "--tree", "6,2,10", "--json")) == 0
         return json.loads(capsys.readouterr().out)["token_ids"]
 
     assert sample("3") == sample("3")
@@ -115,7 +115,7 @@ def test_cli_errors_are_one_line_without_traceback(folders):
 
 @pytest.mark.parametrize("case", [
     "empty_prompt", "negative_tokens", "zero_tokens", "hot_temperature", "negative_temperature", "top_p",
-    "tree_budget", "unknown_model_path", "folder_without_model", "missing_head", "head_bad_json", "head_corrupt",
+    "tree_budget", "tree_syntax", "unknown_model_path", "folder_without_model", "missing_head", "head_bad_json", "head_corrupt",
     "head_other_target", "bad_dtype", "bad_method", "not_a_number",
 ])
 def test_cli_bad_arguments(folders, case, capsys):
@@ -127,7 +127,8 @@ def test_cli_bad_arguments(folders, case, capsys):
         "hot_temperature": ["--prompt", "w3", "--temperature", "11"],
         "negative_temperature": ["--prompt", "w3", "--temperature", "-0.5"],
         "top_p": ["--prompt", "w3", "--top-p", "0"],
-        "tree_budget": ["--prompt", "w3", "--total-tokens", "0"],
+        "tree_budget": ["--prompt", "w3", "--tree", "0,6,10"],
+        "tree_syntax": ["--prompt", "w3", "--tree", "24,6"],
         "unknown_model_path": ["--prompt", "w3", "--model", "/nonexistent/model/folder"],
         "folder_without_model": ["--prompt", "w3", "--model", str(folders["not_a_model"]), "--dtype", "fp32"],
         "missing_head": ["--prompt", "w3", "--model", m, "--head", str(folders["model"] / "nope")],

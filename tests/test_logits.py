@@ -26,9 +26,11 @@ def bf16_target(kind: str) -> TargetModel:
     return tgt
 
 
+@pytest.mark.parametrize("vocab_major", [True, False])  # whichever orientation start-up timing picks
 @pytest.mark.parametrize("kind", ["llama", "gemma3"])  # gemma3: tied head and final-logit softcapping
-def test_bf16_logits_equal_the_head_module(kind):
+def test_bf16_logits_equal_the_head_module(kind, vocab_major):
     tgt = bf16_target(kind)
+    tgt.vocab_major = vocab_major
     h = torch.randn(7, tgt.hidden_size, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
     ref = tgt.model.get_output_embeddings()(h)
     if tgt.softcap:
@@ -39,6 +41,18 @@ def test_bf16_logits_equal_the_head_module(kind):
     assert many.shape == (1, 7, tgt.vocab_size)
     torch.testing.assert_close(many[0], ref, rtol=2e-2, atol=2e-2)
     assert torch.equal(row_max(many[0])[1], many[0].float().argmax(-1))
+
+
+def test_lm_head_orientation_is_chosen_by_timing_it(monkeypatch):
+    """The vocabulary-major product is used only where it measured faster: slow it down and linear() wins."""
+    import time
+
+    assert TargetModel(copy.deepcopy(tiny_model("llama")), name="fp32").vocab_major is False  # fp32: never a candidate
+    mv = torch.mv
+    monkeypatch.setattr(torch, "mv", lambda *a: time.sleep(0.003) or mv(*a))
+    assert bf16_target("llama").vocab_major is False
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda *a: time.sleep(0.003))
+    assert bf16_target("llama").vocab_major is True
 
 
 def test_fp32_logits_are_the_module_output(tiny_llama):
