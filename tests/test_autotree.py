@@ -31,6 +31,10 @@ def test_sampled_calibration_sees_lower_acceptance_than_greedy():
     sampled = calibrate(dec, PROMPT, big, 40, SamplingConfig(temperature=1.0, seed=3))
     assert sampled.head_accepted < greedy.head_accepted
     assert all(1 <= d <= 4 for step in greedy.nodes for _, d in step) and greedy.depth == 4
+    assert greedy.lookup_widths == (0,) * len(greedy.nodes)  # lookup off: no copied nodes in any step
+    copying = calibrate(dec, PROMPT, TreeConfig(total_tokens=16, depth=4, top_k=3, lookup=6), 40, SamplingConfig())
+    assert len(copying.lookup_widths) == len(copying.nodes) and max(copying.lookup_widths) <= 6
+    assert sum(copying.lookup_widths) / len(copying.nodes) == pytest.approx(copying.lookup_nodes)
     sizes = (2, 8, 16)
     report = choose_tree(dec, PROMPT, depth=4, top_k=3, max_new_tokens=40, sizes=sizes)
     assert set(report.verify_ms) == set(sizes) and report.chosen.total_tokens in sizes
@@ -51,6 +55,20 @@ def test_plan_goes_deep_when_the_chain_is_confident():
     r = plan_tree(cal(scores, head_accepted=sum(scores), draft_ms=12.0), PROFILE, top_k=8, lookup=0)
     assert r.chosen.depth == 6 and r.chosen.total_tokens >= 8
     assert r.expected_tokens[r.chosen.total_tokens] > 4.0
+
+
+def test_lookup_width_is_priced_per_step_where_the_verify_cost_jumps():
+    """A chain of 10 copied tokens in half the steps is not 5 tokens in every step: past a kernel's jump in the
+    verify profile (16 -> 24 tokens here), the per-step widths make a wide head tree too dear, the mean does not."""
+    from dataclasses import replace
+
+    jump = {2: 50.0, 4: 50.0, 8: 50.0, 12: 50.0, 16: 52.0, 24: 100.0, 32: 110.0, 48: 130.0, 64: 150.0}
+    nodes = tuple((v, 1) for v in [0.4, 0.15, 0.12, 0.1, 0.08, 0.06, 0.05, 0.04])
+    c = Calibration((nodes,) * 4, head_accepted=1.0, lookup_accepted=2.0, lookup_nodes=5.0, draft_ms=6.0, depth=1)
+    at_mean = plan_tree(c, jump, top_k=8, lookup=10, plan_lookup=False).chosen
+    per_step = plan_tree(replace(c, lookup_widths=(10, 0, 10, 0)), jump, top_k=8, lookup=10, plan_lookup=False).chosen
+    assert at_mean.total_tokens + 10 > 16 and per_step.total_tokens + 10 <= 16  # stays below the jump
+    assert per_step.lookup == at_mean.lookup == 10
 
 
 @pytest.mark.parametrize("lookup_accepted, kept", [(3.0, True), (0.0, False)])
