@@ -154,9 +154,17 @@ class TargetModel:
             taps = torch.cat([out.hidden_states[i] for i in output_layers], dim=-1)
         return out.last_hidden_state, taps
 
-    def _masks(self, pos: torch.Tensor, prefix: int, anc: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
-        """Additive (1, 1, T, prefix + T) masks: prefix + ancestors visible; sliding layers also apply the window."""
+    def _masks(self, pos: torch.Tensor, prefix: int, anc: torch.Tensor
+               ) -> torch.Tensor | dict[str, torch.Tensor | None] | None:
+        """Additive (1, 1, T, prefix + T) masks: prefix + ancestors visible; sliding layers also apply the window.
+
+        A single new token that sees every key (a plain decode step inside the window) gets no mask at all (None for
+        that layer type): SDPA then skips the mask add, about 2.5 ms of a 40 ms step of the default model on CPU.
+        """
         t = pos.shape[0]
+        inside_window = not self.sliding_window or prefix < self.sliding_window
+        if t == 1 and inside_window:
+            return None if self.layer_types is None else {kind: None for kind in set(self.layer_types)}
         key_pos = torch.cat([torch.arange(prefix, device=pos.device), pos])
         visible = torch.cat([torch.ones(t, prefix, dtype=torch.bool, device=pos.device), anc], dim=1)
         neg = torch.finfo(self.dtype).min
