@@ -7,6 +7,8 @@
 #   2. an EAGLE-3 head on those shards (fused taps, own LM head, 5-step training-time test), keeping snapshots
 #      along the way and measuring tau of each: the curve of tau against the data seen.
 #   3. an EAGLE-1/2 head on the same shards (feature + token loss), for the side-by-side comparison.
+#   4. (FINETUNE=1) the shipped EAGLE-1/2 head fine-tuned for one epoch on the same shards (README: "EAGLE-3, more
+#      data, and where the head stands"); it writes runs/g3-eagle-ft/head, not the shipped folder.
 # Scale it with SHARDS (batches of 48 rows; on 2 CPU cores one generated batch takes about 30 s) and EPOCHS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,3 +26,9 @@ python -m core.train --head-type eagle --out runs/g3-eagle --head-out runs/g3-ea
   --skip-data --extra-shards "$DATA/shards" --n-prompts 1 --n-text 0 \
   --epochs "$EPOCHS" --ttt-steps 2 --lr 2e-3 --p-weight 0.5 --tokens-per-batch 2048 --draft-vocab 12288 \
   --eval-per-category 2 --eval-max-new 64
+if [ "${FINETUNE:-0}" = 1 ]; then
+  python -m core.train --head-type eagle --out runs/g3-eagle-ft --head-out runs/g3-eagle-ft/head \
+    --init static/heads/gemma-3-270m --skip-data --extra-shards "$DATA/shards" --n-prompts 1 --n-text 0 \
+    --epochs 1 --ttt-steps 2 --lr 5e-4 --p-weight 0.5 --tokens-per-batch 4096 --draft-vocab 12288 \
+    --eval-per-category 2 --eval-max-new 64
+fi
