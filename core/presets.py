@@ -1,6 +1,6 @@
 """Model presets: a target, a matching draft head, the prompt template and a recommended tree, by one short name.
 
-Offline presets run from pip packages that ship GGUF weights (dense bf16 copies are cached by core.models.dense_copy);
+Offline presets run from pip packages that ship GGUF weights (dense bf16 copies are cached by core.weights.dense_copy);
 hub presets download the target and the official yuhuili/EAGLE* head on first use (network; GPU-sized models).
 Nothing here imports a model package: `installed()` only looks at import specs and files.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from core.config import TreeConfig
-from core.models import cache_root, default_model_dir, dense_copy
+from core.weights import cache_root, default_model_dir, dense_copy
 
 HEADS_DIR = Path(__file__).resolve().parent.parent / "static" / "heads"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from core import models, presets
+from core import models, presets, weights
 from core.config import TreeConfig
 
 
@@ -110,7 +110,7 @@ def test_dense_copy_reuses_cache(tmp_path, monkeypatch):
     done.mkdir(parents=True)
     (done / "config.json").write_text("{}")
     (done / "model.safetensors").write_bytes(b"")
-    assert models.dense_copy(tmp_path / "missing.gguf", "some-model-bf16") == done  # no GGUF read when cached
+    assert weights.dense_copy(tmp_path / "missing.gguf", "some-model-bf16") == done  # no GGUF read when cached
 
 
 def test_requirements_extra_lists_optional_installs():
