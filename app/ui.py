@@ -68,14 +68,13 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
     `tree`: a TreePlan (app.py --tree auto plans one tree for greedy and one for sampled runs), one TreeConfig for
     both, or None for the engine default. The tree sliders show the plan for the temperature chosen until the user
     moves one of them; /run fills left-out tree settings the same way."""
-    trees = tree if isinstance(tree, TreePlan) else TreePlan.fixed(tree or TreeConfig(),
-                                                                   "given" if tree else "engine default")
+    trees = TreePlan.fixed(tree, "given") if isinstance(tree, TreeConfig) else tree  # None: Playground's default
     pg = Playground(tokenizer, baseline, eagle, text_every=text_every, plot_every=plot_every,
                     charts_every=max(2.0, 4 * plot_every), max_new_tokens=max_new_tokens,
                     max_prompt_tokens=max_prompt_tokens, prompt_mode=prompt_mode, system=system, limits=limits,
                     trees=trees)
     lim = pg.limits
-    tree_defaults = trees.greedy  # the temperature slider starts at 0 (greedy)
+    tree_defaults = pg.trees.greedy  # the temperature slider starts at 0 (greedy)
     examples = load_examples() if examples is None else examples
     note = getattr(eagle, "note", "")
 

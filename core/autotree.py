@@ -65,13 +65,17 @@ class Calibration:
     nodes: tuple[tuple[tuple[float, int], ...], ...]  # per step: (exp(score), depth) of every head node
     head_accepted: float  # mean accepted head nodes per step
     lookup_accepted: float  # mean accepted lookup nodes per step (0 when lookup was off)
-    lookup_nodes: float  # mean lookup nodes grafted per step (extra verify width)
+    # lookup nodes grafted at each step (extra verify width): the verify cost is charged per step, not at the mean
+    # width, because it is convex where a kernel changes path (on one CPU, 16 tokens cost 89 ms and 24 cost 116 ms),
+    # and a chain of 10 copied tokens in most steps would otherwise be priced as if it were spread evenly
+    lookup_widths: tuple[int, ...]
     draft_ms: float  # median draft ms per step at `depth`
     depth: int
-    # lookup nodes grafted at each step: the verify cost is charged per step, not at the mean width, because it is
-    # convex where a kernel changes path (on one CPU, 16 tokens cost 89 ms and 24 cost 116 ms), and a chain of 10
-    # copied tokens in most steps would otherwise be priced as if it were spread evenly
-    lookup_widths: tuple[int, ...] = ()
+
+    @property
+    def lookup_nodes(self) -> float:
+        """Mean lookup nodes grafted per step."""
+        return sum(self.lookup_widths) / len(self.lookup_widths) if self.lookup_widths else 0.0
 
 
 def verify_profile(target: TargetModel, sizes=SIZES, prefix: int = 64, rounds: int = 5,
@@ -109,16 +113,15 @@ def calibrate(decoder: Eagle2Decoder, prompt_ids: list[int], tree_cfg: TreeConfi
     """Run one generation with `tree_cfg` and record what the planner needs."""
     steps = [e for e in decoder.generate(prompt_ids, DecodeConfig(max_new_tokens, sampling, tree=tree_cfg)) if e.tree]
     if not steps:
-        return Calibration((), 0.0, 0.0, 0.0, 0.0, tree_cfg.depth)
+        return Calibration((), 0.0, 0.0, (), 0.0, tree_cfg.depth)
     on_path = [[e.tree[i].source for i in e.accepted_path[1:]] for e in steps]
     return Calibration(
         nodes=tuple(tuple((math.exp(n.score), n.depth) for n in e.tree if n.source == "head") for e in steps),
         head_accepted=sum(p.count("head") for p in on_path) / len(steps),
         lookup_accepted=sum(p.count("lookup") for p in on_path) / len(steps),
-        lookup_nodes=sum(sum(n.source == "lookup" for n in e.tree) for e in steps) / len(steps),
+        lookup_widths=tuple(sum(n.source == "lookup" for n in e.tree) for e in steps),
         draft_ms=statistics.median(e.draft_ms for e in steps),  # median: a burst of load must not set the cost
         depth=tree_cfg.depth,
-        lookup_widths=tuple(sum(n.source == "lookup" for n in e.tree) for e in steps),
     )
 
 
@@ -156,7 +159,7 @@ def plan_tree(cal: Calibration, profile: dict[int, float], top_k: int, lookup: i
             options = (lookup > 0,)
         for use_lookup in options:
             extra_tokens = cal.lookup_accepted if use_lookup else 0.0
-            widths = (cal.lookup_widths or (cal.lookup_nodes,)) if use_lookup else (0,)
+            widths = (cal.lookup_widths or (0,)) if use_lookup else (0,)
             expected = {n: 1.0 + extra_tokens + h for n, h in head.items()}
             for n, e in expected.items():
                 verify = sum(interpolate(cost, n + w) for w in widths) / len(widths)  # expected over the steps

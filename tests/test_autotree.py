@@ -14,11 +14,12 @@ PROFILE = {2: 70.0, 4: 71.0, 8: 72.0, 16: 75.0, 32: 90.0, 64: 130.0}  # ms per v
 
 
 def cal(per_depth: list[float], head_accepted: float, draft_ms: float = 30.0, lookup_accepted: float = 0.0,
-        lookup_nodes: float = 0.0, steps: int = 4) -> Calibration:
+        lookup_nodes: int = 0, steps: int = 4) -> Calibration:
     """Every step: one node per depth with exp(score) per_depth[d-1], plus 7 siblings per depth at 1 % each."""
     nodes = tuple((v, d + 1) for d, v in enumerate(per_depth)) + tuple((0.01, d + 1) for d in range(len(per_depth))
                                                                          for _ in range(7))
-    return Calibration((nodes,) * steps, head_accepted, lookup_accepted, lookup_nodes, draft_ms, len(per_depth))
+    return Calibration((nodes,) * steps, head_accepted, lookup_accepted, (lookup_nodes,) * steps, draft_ms,
+                       len(per_depth))
 
 
 def test_sampled_calibration_sees_lower_acceptance_than_greedy():
@@ -64,7 +65,8 @@ def test_lookup_width_is_priced_per_step_where_the_verify_cost_jumps():
 
     jump = {2: 50.0, 4: 50.0, 8: 50.0, 12: 50.0, 16: 52.0, 24: 100.0, 32: 110.0, 48: 130.0, 64: 150.0}
     nodes = tuple((v, 1) for v in [0.4, 0.15, 0.12, 0.1, 0.08, 0.06, 0.05, 0.04])
-    c = Calibration((nodes,) * 4, head_accepted=1.0, lookup_accepted=2.0, lookup_nodes=5.0, draft_ms=6.0, depth=1)
+    c = Calibration((nodes,) * 4, head_accepted=1.0, lookup_accepted=2.0, lookup_widths=(5, 5, 5, 5), draft_ms=6.0,
+                    depth=1)  # 5 copied nodes in every step: the same mean width as below
     at_mean = plan_tree(c, jump, top_k=8, lookup=10, plan_lookup=False).chosen
     per_step = plan_tree(replace(c, lookup_widths=(10, 0, 10, 0)), jump, top_k=8, lookup=10, plan_lookup=False).chosen
     assert at_mean.total_tokens + 10 > 16 and per_step.total_tokens + 10 <= 16  # stays below the jump
