@@ -500,10 +500,10 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
     tree, tree_info = resolve_tree(plan.tree, eagle, prompts[0], plan.decode.sampling)
     eagle_b = None
     if getattr(a, "head_b", None):
-        from core.drafter import EagleDrafter
         from core.eagle import Eagle2Decoder
+        from core.heads import make_drafter
 
-        eagle_b = Eagle2Decoder(target, EagleDrafter(pipeline.read_head(a.head_b, target), target))
+        eagle_b = Eagle2Decoder(target, make_drafter(pipeline.read_head(a.head_b, target), target), "eagle2")
     greedy_tree, greedy_info = None, None
     if "eagle2-greedy-tree" in plan.methods:
         greedy_tree, greedy_info = resolve_tree(None, eagle, prompts[0], SamplingConfig())
@@ -517,7 +517,7 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
                          make_scorers(plan, target, tok, tree), target.dtype)
     finally:
         bar.close()
-    head_trained = bool(getattr(getattr(eagle.drafter, "head", None), "trained", False))
+    head_trained = eagle.drafter.trained
     config = machine_config(a, plan, target, tree, tree_info, loader, len(questions))
     if a.head:
         head = a.head

@@ -1,33 +1,29 @@
-"""EAGLE-2 drafting: run the draft head on real target features, then grow the dynamic draft tree.
+"""The drafter contract, and the EAGLE drafters that implement it (EAGLE-1/2 heads and EAGLE-3 heads).
 
-The draft cache (`DraftState`) belongs to one decode call and holds only entries computed from REAL target
-features (prompt and accepted tokens); tree-expansion entries live in a temporary list thrown away after each step
-(vllm#14649: keeping draft-predicted features costs 8-15 % tau).
+Every drafter the EAGLE-2 loop (core/eagle.py) runs implements `Drafter`: start a per-call state, `commit` the real
+target features of what was accepted, and `propose` a candidate pool for this step. The loop reranks the pool
+(core/tree.py), grafts the context-lookup chain, verifies and accepts the same way for every drafter, so a new
+drafter is one file with a head, its drafter and its loader, plus one line in core/heads.py's registry (the Medusa
+head in core/medusa.py is the example).
 
-Pair convention (arXiv 2401.15077 §3.1): the draft input at position i is (embedding of t_{i+1}, feature f_i) and
-its output is the predicted f_{i+1}; the target LM head on it scores t_{i+2}.
+EAGLE drafting: the draft cache (`DraftState`) belongs to one decode call and holds only entries computed from REAL
+target features (prompt and accepted tokens); tree-expansion entries live in a temporary list thrown away after each
+step (keeping draft-predicted features costs tau). Pair convention (EAGLE, arXiv 2401.15077 §3.1): the draft input
+at position i is (embedding of t_{i+1}, feature f_i) and its output is the predicted f_{i+1}; the target LM head on
+it scores t_{i+2}.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from core.config import TreeConfig
 from core.draft_head import EagleHead
+from core.eagle3_head import Eagle3Head
 from core.models import TargetModel
 from core.tree import top_frontier
-
-
-@dataclass
-class DraftState:
-    """The draft head's KV over real pairs; one per decode call."""
-
-    kv: tuple[torch.Tensor, torch.Tensor] | None = None  # each (1, kvh, L, d)
-    length: int = 0
-
-    def free(self) -> None:
-        self.kv = None
 
 
 @dataclass
@@ -37,58 +33,126 @@ class DraftPool:
     parents: list[int] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
-    forwards: int = 0
+    forwards: int = 0  # draft passes spent growing this pool
+
+    @classmethod
+    def rooted(cls, root_token: int) -> "DraftPool":
+        return cls(parents=[-1], tokens=[root_token], scores=[0.0])
+
+    def add(self, parent: int, scores: list[float], tokens: list[int]) -> list[int]:
+        """Append children of `parent`; returns their node ids."""
+        start = len(self.tokens)
+        self.parents += [parent] * len(tokens)
+        self.tokens += tokens
+        self.scores += scores
+        return list(range(start, len(self.tokens)))
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """What the EAGLE-2 loop asks of a drafter (core/eagle.py reads it top to bottom, the same for every drafter)."""
+
+    kind: str  # "eagle" | "eagle3" | "medusa" | "lookup": shown in the UI and the bench
+    trained: bool  # False: still lossless, but the drafts are guesses (the UI says so)
+    output_layers: tuple[int, ...]  # target layers whose outputs the drafter reads (EAGLE-3 taps); () = last hidden
+
+    def start(self) -> Any:
+        """A fresh state for one decode call (caches live here, never on the drafter)."""
+
+    def commit(self, state: Any, features: torch.Tensor, next_ids: torch.Tensor) -> int:
+        """Read the real features of committed tokens: features (1, n, F) at tokens t_i.., next_ids (1, n) =
+        t_{i+1}.. (the last one is the root of the next step). Returns the draft passes it ran."""
+
+    def propose(self, state: Any, root_token: int, tree: TreeConfig) -> DraftPool | None:
+        """The candidate pool under `root_token` for this step (None: no head drafts; lookup may still graft)."""
+
+
+def grow_beam(pool: DraftPool, level_topk, tree: TreeConfig) -> DraftPool:
+    """EAGLE-2's expansion when a level's guesses do not depend on the path (Medusa): level d's top-k
+    (log-probs, tokens) from `level_topk(d)` hang under each of the top_k best nodes of level d - 1."""
+    frontier = [0]
+    for d in range(tree.depth):
+        got = level_topk(d)
+        if got is None:
+            break
+        vals, toks = got
+        cand: list[int] = []
+        for n in frontier:
+            cand += pool.add(n, [v + pool.scores[n] for v in vals], toks)
+        frontier = top_frontier(cand, pool.scores, tree.top_k)
+    return pool
+
+
+@dataclass
+class DraftState:
+    """The EAGLE head's KV over real pairs, and its prediction for the next root; one per decode call."""
+
+    kv: tuple[torch.Tensor, torch.Tensor] | None = None  # each (1, kvh, L, d)
+    length: int = 0
+    feat: torch.Tensor | None = None  # (H,) predicted feature after the last committed token
 
 
 class EagleDrafter:
-    """Binds a draft head to a target: embeddings and LM head rows (reduced vocabulary) come from the target."""
+    """EAGLE-1/2: binds a draft head to a target; embeddings and LM head rows (reduced vocabulary) come from it."""
+
+    kind = "eagle"
+    output_layers: tuple[int, ...] = ()
 
     def __init__(self, head: EagleHead, target: TargetModel):
-        check_compatible(head, target)
+        self.check(head, target)
         self.head = head.to(device=target.device, dtype=target.dtype).eval()
         self.target = target
         ids = self.head.vocab_ids
         full = len(ids) == target.vocab_size and bool((ids.cpu() == torch.arange(len(ids))).all())
-        # EAGLE-3 heads have their own LM head over the draft vocabulary and read target layer taps
-        self.eagle3 = bool(getattr(head, "is_eagle3", False))
-        self.output_layers: tuple[int, ...] = head.tap_layers(target.num_layers) if self.eagle3 else ()
-        if self.eagle3:
-            self.w_draft = self.head.lm_head.weight  # (Vd, H); used for its length only
-        else:
-            self.w_draft = target.lm_head_weight if full else target.lm_head_weight[ids.to(target.device)]  # (Vd, H)
         self.vocab_ids = None if full else ids.to(target.device)
+        self.w_draft = self._draft_rows(full)  # (Vd, H)
 
-    def new_state(self) -> DraftState:
+    @property
+    def trained(self) -> bool:
+        return bool(self.head.trained)
+
+    def _draft_rows(self, full: bool) -> torch.Tensor:
+        w = self.target.lm_head_weight
+        return w if full else w[self.vocab_ids]
+
+    def _logits(self, feats: torch.Tensor) -> torch.Tensor:
+        """(R, H) predicted features -> (R, Vd) logits over the draft vocabulary (the target's LM head rows)."""
+        return feats @ self.w_draft.T
+
+    @staticmethod
+    def check(head, target: TargetModel) -> None:
+        check_compatible(head, target)
+
+    def start(self) -> DraftState:
         return DraftState()
 
     @torch.inference_mode()
-    def extend(self, st: DraftState, features: torch.Tensor, next_ids: torch.Tensor) -> torch.Tensor:
-        """Append real pairs. features (1, n, H) of tokens t_i.. (EAGLE-3: the (1, n, 3H) taps named by
-        output_layers); next_ids (1, n) = t_{i+1}... Returns f^ (H,)."""
+    def commit(self, st: DraftState, features: torch.Tensor, next_ids: torch.Tensor) -> int:
+        """Append real pairs: features (1, n, H) (EAGLE-3: (1, n, 3H) taps), next_ids (1, n); one head pass."""
         n = next_ids.shape[1]
         pos = torch.arange(st.length, st.length + n, device=features.device)
         out, kv = self.head(self.target.embed(next_ids), features, pos, st.kv)
         st.kv = kv if st.kv is None else (torch.cat([st.kv[0], kv[0]], 2), torch.cat([st.kv[1], kv[1]], 2))
         st.length += n
-        return out[0, -1]
+        st.feat = out[0, -1]
+        return 1
 
     def _topk(self, feats: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(R, H) predicted features -> top-k (log-probs (R, k), target token ids (R, k))."""
-        logits = self.head.draft_logits(feats) if self.eagle3 else feats @ self.w_draft.T
-        logp = torch.log_softmax(logits.float(), dim=-1)
+        logp = torch.log_softmax(self._logits(feats).float(), dim=-1)
         vals, idx = torch.topk(logp, k, dim=-1)
         return vals, (self.vocab_ids[idx] if self.vocab_ids is not None else idx)
 
     @torch.inference_mode()
-    def grow(self, st: DraftState, root_token: int, root_feat: torch.Tensor, tree: TreeConfig) -> DraftPool:
-        """Grow the candidate pool: level 1 from root_feat (1 x top_k), then depth - 1 expansions of the best top_k.
-
-        Every expanded node's top_k children enter the pool (k + (depth-1) k^2 candidates + root); the caller reranks.
-        """
+    def propose(self, st: DraftState, root_token: int, tree: TreeConfig) -> DraftPool:
+        """Grow the candidate pool: level 1 from the root's predicted feature (1 x top_k), then depth - 1 expansions
+        of the best top_k; every expanded node's top_k children enter the pool (k + (depth-1) k^2 candidates +
+        root); the loop reranks."""
+        root_feat = st.feat
         k = min(tree.top_k, len(self.w_draft))
-        pool = DraftPool(parents=[-1], tokens=[root_token], scores=[0.0])
+        pool = DraftPool.rooted(root_token)
         vals, toks = self._topk(root_feat[None], k)
-        frontier = self._add(pool, 0, vals[0].tolist(), toks[0].tolist())
+        frontier = pool.add(0, vals[0].tolist(), toks[0].tolist())
         frontier_feat = root_feat[None].expand(len(frontier), -1)  # (k, H): the feature each frontier node pairs with
         tmp_k: list[torch.Tensor] = []
         tmp_v: list[torch.Tensor] = []
@@ -113,20 +177,12 @@ class EagleDrafter:
             vals, toks = self._topk(out[0], k)  # (k, k)
             cand: list[int] = []
             for i, n in enumerate(frontier):
-                cand += self._add(pool, n, (vals[i] + pool.scores[n]).tolist(), toks[i].tolist())
+                cand += pool.add(n, (vals[i] + pool.scores[n]).tolist(), toks[i].tolist())
             nxt = top_frontier(cand, pool.scores, k)
             row_of = {n: i for i, n in enumerate(frontier)}
             frontier_feat = out[0, [row_of[pool.parents[n]] for n in nxt]]
             frontier = nxt
-        return pool  # forwards counts expansion passes only; each extend() is counted by the step that runs it
-
-    @staticmethod
-    def _add(pool: DraftPool, parent: int, scores: list[float], tokens: list[int]) -> list[int]:
-        start = len(pool.tokens)
-        pool.parents += [parent] * len(tokens)
-        pool.tokens += tokens
-        pool.scores += scores
-        return list(range(start, len(pool.tokens)))
+        return pool  # forwards counts expansion passes only; commit() reports its own pass
 
     @staticmethod
     def _past(st: DraftState, tk: list[torch.Tensor], tv: list[torch.Tensor]):
@@ -135,14 +191,53 @@ class EagleDrafter:
         return (torch.cat(ks, 2), torch.cat(vs, 2)) if ks else None
 
 
-def check_compatible(head: EagleHead, target: TargetModel) -> None:
-    """Refuse a head built for another target before any generation (hidden size, vocabulary)."""
-    c = head.config
-    if getattr(head, "is_eagle3", False):
+class Eagle3Drafter(EagleDrafter):
+    """EAGLE-3: the head reads fused low/mid/high target layer taps and scores with its own norm + LM head over the
+    draft vocabulary; drafting is otherwise EAGLE-1/2's."""
+
+    kind = "eagle3"
+
+    def __init__(self, head: Eagle3Head, target: TargetModel):
+        super().__init__(head, target)
+        self.output_layers = head.tap_layers(target.num_layers)
+
+    def _draft_rows(self, full: bool) -> torch.Tensor:
+        return self.head.lm_head.weight  # (Vd, H); its length bounds top-k
+
+    def _logits(self, feats: torch.Tensor) -> torch.Tensor:
+        return self.head.draft_logits(feats)
+
+    @staticmethod
+    def check(head, target: TargetModel) -> None:
+        c = head.config
         th = c.target_hidden_size or c.hidden_size
         if th != target.hidden_size or c.hidden_size != target.hidden_size:
             raise ValueError(f"EAGLE-3 head expects target hidden size {th} (draft {c.hidden_size}); "
                              f"the target's is {target.hidden_size}")
+        check_compatible(head, target)
+
+
+class LookupDrafter:
+    """No head: the step's only guesses are the context-lookup chain the loop grafts (core/lookup.py), i.e. prompt
+    lookup decoding inside our engine. Token-level and free: nothing to commit, nothing to grow."""
+
+    kind = "lookup"
+    trained = True  # nothing to train: its guesses are copies of the context, not an untrained network's
+    output_layers: tuple[int, ...] = ()
+
+    def start(self) -> None:
+        return None
+
+    def commit(self, state: None, features: torch.Tensor, next_ids: torch.Tensor) -> int:
+        return 0
+
+    def propose(self, state: None, root_token: int, tree: TreeConfig) -> None:
+        return None
+
+
+def check_compatible(head, target: TargetModel) -> None:
+    """Refuse a head built for another target before any generation (hidden size, vocabulary)."""
+    c = head.config
     if c.hidden_size != target.hidden_size:
         raise ValueError(f"head hidden size {c.hidden_size} does not match the target's {target.hidden_size}")
     if c.vocab_size != target.vocab_size:

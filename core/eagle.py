@@ -12,7 +12,7 @@ import torch
 
 from core import kv_cache, tree
 from core.config import DecodeConfig, check_finite
-from core.drafter import EagleDrafter
+from core.drafter import Drafter
 from core.lookup import context_draft
 from core.events import StepEvent, TreeNode
 from core.exactness import top2
@@ -23,11 +23,13 @@ from core.verify import accept_greedy, accept_sampled
 
 
 class Eagle2Decoder:
-    method = "eagle2"
+    """The loop for any `Drafter` (core/drafter.py): EAGLE-1/2, EAGLE-3, Medusa or context lookup alone.
+    `method` names the lane in events and the bench ("eagle2" for the EAGLE heads, else the drafter's kind)."""
 
-    def __init__(self, target: TargetModel, drafter: EagleDrafter):
+    def __init__(self, target: TargetModel, drafter: Drafter, method: str | None = None):
         self.target, self.drafter = target, drafter
-        self.note = "" if drafter.head.trained else "untrained head: lossless but drafts are guesses"
+        self.method = method or ("eagle2" if drafter.kind in ("eagle", "eagle3") else drafter.kind)
+        self.note = "" if drafter.trained else "untrained head: lossless but drafts are guesses"
 
     @torch.inference_mode()
     def generate(
@@ -36,7 +38,7 @@ class Eagle2Decoder:
         """Yield one StepEvent per target forward until EOS, max_new_tokens, or should_stop()."""
         tgt, dr, s = self.target, self.drafter, cfg.sampling
         gen = new_generator(s.seed)  # CPU uniforms: the same seeded tokens on any device
-        cache, dstate = tgt.new_cache(), dr.new_state()
+        cache, dstate = tgt.new_cache(), dr.start()
         drafting = cfg.tree.total_tokens > 1
         try:
             # 0. prefill: the target's first token, then the draft reads every prompt feature
@@ -49,20 +51,20 @@ class Eagle2Decoder:
             root = next_token(logits, s, gen)
             margins, tops = top2(logits[None])  # the margin each emitted token won by (core/exactness.py)
             t2 = now(tgt.device)
-            if drafting:
-                feat = dr.extend(dstate, draft_in, torch.tensor([prompt_ids[1:] + [root]], device=tgt.device))
+            n_commit = dr.commit(dstate, draft_in, torch.tensor([prompt_ids[1:] + [root]], device=tgt.device)) \
+                if drafting else 0
             t3 = now(tgt.device)
             produced, done = 1, self._done(root, 1, cfg)
             history = list(prompt_ids) + [root]  # what context lookup searches
             yield StepEvent(0, self.method, (root,), verify_ms=(t1 - t0) * 1e3, draft_ms=(t3 - t2) * 1e3,
-                            step_ms=(t3 - t0) * 1e3, draft_forwards=int(drafting), finished=done, note=self.note,
+                            step_ms=(t3 - t0) * 1e3, draft_forwards=n_commit, finished=done, note=self.note,
                             margins=tuple(margins), top_logits=tuple(tops))
             step = 0
             while not done and not (should_stop and should_stop()):
                 step += 1
                 t0 = now(tgt.device)
                 # 1. draft: grow the candidate pool, keep the best total_tokens nodes (parents always kept)
-                pool = dr.grow(dstate, root, feat, cfg.tree) if drafting else None
+                pool = dr.propose(dstate, root, cfg.tree) if drafting else None
                 t_grown = now(tgt.device)
                 if pool:
                     check_finite("draft scores", pool.scores)
@@ -92,9 +94,8 @@ class Eagle2Decoder:
                 # 4. commit: compact the target cache to the accepted path; the draft reads the real features
                 kv_cache.keep(cache, prefix, path)
                 t3 = now(tgt.device)
-                extended = drafting and not done
-                if extended:
-                    feat = dr.extend(dstate, draft_in[:, path], torch.tensor([accepted], device=tgt.device))
+                n_commit = dr.commit(dstate, draft_in[:, path], torch.tensor([accepted], device=tgt.device)) \
+                    if drafting and not done else 0
                 t4 = now(tgt.device)
                 root = bonus
                 produced += len(new)
@@ -105,15 +106,15 @@ class Eagle2Decoder:
                              i in path, "root" if i == 0 else "head" if i < n_head else "lookup")
                     for i in range(len(tokens))
                 )
-                t5 = now(tgt.device)  # step time = draft (grow, extend) + verify (target forward) + the rest
+                t5 = now(tgt.device)  # step time = draft (propose, commit) + verify (target forward) + the rest
                 yield StepEvent(step, self.method, tuple(new), nodes, tuple(path),
                                 draft_ms=(t_grown - t0 + t4 - t3) * 1e3, verify_ms=(t2 - t1) * 1e3,
                                 step_ms=(t5 - t0) * 1e3, finished=done, note=self.note,
-                                draft_forwards=(pool.forwards if pool else 0) + int(extended),
+                                draft_forwards=(pool.forwards if pool else 0) + n_commit,
                                 margins=tuple(margins), top_logits=tuple(tops))
         finally:
             kv_cache.free(cache)
-            dstate.free()
+            dstate = None  # the drafter's per-call caches go with it
 
     @staticmethod
     def _row(logits: torch.Tensor, n: int) -> tuple[torch.Tensor, int]:

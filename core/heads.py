@@ -1,14 +1,54 @@
-"""Head loading that dispatches on the checkpoint keys: `midlayer.*` -> EAGLE-3 (core.eagle3_head), else EAGLE-1/2
-(core.draft_head.load_head)."""
+"""The registry of draft heads: how a head folder is recognised, read, and bound to a target as a `Drafter`.
+
+A folder is matched against `HEAD_KINDS` in order, by its config.json and its weight names (read without loading
+the tensors); the first match reads it. EAGLE-1/2 is last: the official layout has no marker of its own. Adding a
+head type is one module with its head, drafter and loader (e.g. core/medusa.py) and one line here.
+"""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
+from torch import nn
 
+from core import medusa
 from core.draft_head import EagleHead, load_head
+from core.drafter import Drafter, Eagle3Drafter, EagleDrafter
 from core.eagle3_head import Eagle3Head, eagle3_from_state, is_eagle3_state
+from core.models import TargetModel
+
+
+@dataclass(frozen=True)
+class HeadKind:
+    name: str
+    head_class: type[nn.Module]
+    matches: Callable[[dict, list[str]], bool]  # (config.json, weight names) -> is this kind
+    read: Callable[[Path, dict, dict], nn.Module]  # (folder, config, state dict without `model.`) -> head
+    drafter: Callable[[nn.Module, TargetModel], Drafter]
+
+
+def _read_eagle(p: Path, raw: dict, sd: dict) -> EagleHead:
+    return load_head(p)
+
+
+HEAD_KINDS: tuple[HeadKind, ...] = (
+    HeadKind("medusa", medusa.MedusaHead, medusa.is_medusa, medusa.load_medusa_head, medusa.MedusaDrafter),
+    HeadKind("eagle3", Eagle3Head, lambda raw, keys: is_eagle3_state(keys), eagle3_from_state, Eagle3Drafter),
+    HeadKind("eagle", EagleHead, lambda raw, keys: True, _read_eagle, EagleDrafter),
+)
+
+
+def _keys(p: Path) -> list[str]:
+    """Weight names of a head folder without reading the tensors (safetensors), or by loading a .bin safely."""
+    if (p / "model.safetensors").exists():
+        from safetensors import safe_open
+
+        with safe_open(str(p / "model.safetensors"), framework="pt") as f:
+            return list(f.keys())
+    return list(_read_state(p))
 
 
 def _read_state(p: Path) -> dict:
@@ -21,22 +61,33 @@ def _read_state(p: Path) -> dict:
     raise ValueError(f"head folder {str(p)!r} has neither model.safetensors nor pytorch_model.bin")
 
 
-def load_any_head(path: str | Path, dtype: torch.dtype = torch.float32,
-                  device: str | torch.device = "cpu") -> EagleHead | Eagle3Head:
-    """Read an EAGLE-1/2 or EAGLE-3 head folder (official layouts)."""
+def kind_of_folder(path: str | Path) -> HeadKind:
     p = Path(path)
     if not (p / "config.json").exists():
         raise ValueError(f"head folder {str(p)!r} has no config.json")
-    if (p / "model.safetensors").exists():  # peek at the key names without reading the tensors
-        from safetensors import safe_open
-
-        with safe_open(str(p / "model.safetensors"), framework="pt") as f:
-            keys = list(f.keys())
-        if not is_eagle3_state(keys):
-            return load_head(p, dtype=dtype, device=device)
-    sd = _read_state(p)
-    if not is_eagle3_state(sd):
-        return load_head(p, dtype=dtype, device=device)
     raw = json.loads((p / "config.json").read_text())
-    sd = {k.removeprefix("model."): v for k, v in sd.items()}
-    return eagle3_from_state(p, raw, sd).to(device=device, dtype=dtype).eval()
+    keys = [k.removeprefix("model.") for k in _keys(p)]
+    return next(k for k in HEAD_KINDS if k.matches(raw, keys))
+
+
+def load_any_head(path: str | Path, dtype: torch.dtype = torch.float32,
+                  device: str | torch.device = "cpu") -> nn.Module:
+    """Read any registered head folder (EAGLE-1/2 and EAGLE-3 in the official layouts, Medusa)."""
+    p = Path(path)
+    kind = kind_of_folder(p)
+    raw = json.loads((p / "config.json").read_text())
+    sd = {} if kind.name == "eagle" else {k.removeprefix("model."): v for k, v in _read_state(p).items()}
+    return kind.read(p, raw, sd).to(device=device, dtype=dtype).eval()
+
+
+def kind_of(head: nn.Module) -> HeadKind:
+    """The registry entry of a head object (the most specific class wins, so a subclass keeps its parent's kind)."""
+    for k in HEAD_KINDS:
+        if isinstance(head, k.head_class):
+            return k
+    raise ValueError(f"no drafter is registered for {type(head).__name__}")
+
+
+def make_drafter(head: nn.Module, target: TargetModel) -> Drafter:
+    """Bind a head to a target through its registered drafter (ValueError when shapes do not fit)."""
+    return kind_of(head).drafter(head, target)

@@ -9,10 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.baseline import BaselineDecoder
-from core.draft_head import EagleHead, HeadConfig, init_head
-from core.drafter import EagleDrafter
+from core.draft_head import HeadConfig, init_head
 from core.eagle import Eagle2Decoder
-from core.heads import load_any_head
+from core.heads import load_any_head, make_drafter
 from core.models import DEFAULT_MODEL, TargetModel, load_target
 
 HEADS_DIR = Path(__file__).resolve().parent.parent / "static" / "heads"
@@ -54,7 +53,7 @@ def read_head(head: str | Path, target: TargetModel):
     return loaded
 
 
-def build_head(target: TargetModel, head: str | Path | None, model: str | None = None) -> EagleHead:
+def build_head(target: TargetModel, head: str | Path | None, model: str | None = None):
     """The named head, else the packaged default for the default model, else a fresh untrained one."""
     path = head or default_head(model)
     if path:
@@ -73,7 +72,7 @@ def build_decoders(
     if head:
         check_head_path(head)
     target, tokenizer = load_target(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
-    drafter = EagleDrafter(build_head(target, head, model), target)  # ValueError on hidden/vocab mismatch
+    drafter = make_drafter(build_head(target, head, model), target)  # ValueError on hidden/vocab mismatch
     return target, tokenizer, BaselineDecoder(target), Eagle2Decoder(target, drafter)
 
 

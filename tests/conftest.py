@@ -102,6 +102,39 @@ def tiny_head(target: TargetModel, vocab_ids: torch.Tensor | None = None, seed: 
     return init_head(HeadConfig.for_target(target.hidden_size, target.vocab_size, draft_vocab), vocab_ids, seed=seed)
 
 
+DRAFTER_KINDS = ("eagle", "eagle3", "medusa", "lookup")
+
+
+def tiny_drafter(kind: str, target: TargetModel, vocab_ids: torch.Tensor | None = None, seed: int = 0):
+    """An untrained drafter of each registered kind behind the `Drafter` contract (core/drafter.py), for `target`,
+    optionally over a reduced draft vocabulary. The Medusa ResBlocks get random weights (zeros, their init, would
+    make every level guess the same token)."""
+    from core.drafter import Eagle3Drafter, LookupDrafter
+    from core.eagle3_head import Eagle3Config, init_eagle3_head
+    from core.medusa import MedusaConfig, MedusaDrafter, init_medusa_head
+
+    h, v = target.hidden_size, target.vocab_size
+    ids = vocab_ids if vocab_ids is not None else torch.arange(v)
+    if kind == "eagle":
+        return EagleDrafter(tiny_head(target, vocab_ids, seed), target)
+    if kind == "eagle3":
+        c = Eagle3Config(h, 2 * h, 4, 2, v, len(ids), target_hidden_size=h)
+        head = init_eagle3_head(c, ids - torch.arange(len(ids)), seed=seed)
+        with torch.no_grad():  # its own LM head starts as the target's rows, as core.train does
+            head.lm_head.weight.copy_(target.lm_head_weight[ids].float())
+        return Eagle3Drafter(head, target)
+    if kind == "medusa":
+        head = init_medusa_head(MedusaConfig(h, v, num_heads=4, draft_vocab_size=len(ids)), ids)
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for block in head.medusa_head:
+                block[0].linear.weight.copy_(torch.randn(h, h, generator=g) / h**0.5)
+        return MedusaDrafter(head, target)
+    if kind == "lookup":
+        return LookupDrafter()
+    raise ValueError(kind)
+
+
 def run(decoder, prompt: list[int], cfg: DecodeConfig) -> tuple[list[int], list]:
     """All generated ids and the events of one decode call."""
     events = list(decoder.generate(prompt, cfg))
@@ -138,8 +171,8 @@ class OracleDrafter(EagleDrafter):
         self.reference = reference  # prompt + the baseline's output
         self.rng = random.Random(seed)
 
-    def grow(self, st: DraftState, root_token: int, root_feat: torch.Tensor, tree) -> DraftPool:
-        pool = super().grow(st, root_token, root_feat, tree)
+    def propose(self, st: DraftState, root_token: int, tree) -> DraftPool:
+        pool = super().propose(st, root_token, tree)
         kids = tree_lib.children(pool.parents)
         level = tree_lib.depths(pool.parents)
         at = st.length  # index of the root token in prompt + generated

@@ -13,7 +13,8 @@ from conftest import PROMPT, run, tiny_target
 from core.baseline import BaselineDecoder
 from core.config import DecodeConfig, TreeConfig
 from core.draft_head import EagleHead, HeadConfig, init_head, save_head
-from core.drafter import EagleDrafter
+from core.drafter import Eagle3Drafter
+from core.heads import make_drafter
 from core.eagle import Eagle2Decoder
 from core.eagle3_head import Eagle3Config, Eagle3Head, init_eagle3_head, save_eagle3_head
 from core.heads import load_any_head
@@ -26,7 +27,7 @@ CFG = DecodeConfig(max_new_tokens=N, tree=TreeConfig(12, 4, 4))
 def assert_lossless(kind: str, head) -> Eagle2Decoder:
     tgt = tiny_target(kind)
     ref = run(BaselineDecoder(tgt), PROMPT, DecodeConfig(max_new_tokens=N))[0]
-    dec = Eagle2Decoder(tgt, EagleDrafter(head, tgt))
+    dec = Eagle2Decoder(tgt, make_drafter(head, tgt))
     out, events = run(dec, PROMPT, CFG)
     assert out == ref and len(out) == N
     assert sum(e.draft_forwards for e in events) > 0  # the head really drafted
@@ -84,10 +85,10 @@ def test_official_eagle12_mismatched_target_refused(tmp_path):
     _official_v1(tmp_path, "llama3.1")
     head = load_any_head(tmp_path)
     with pytest.raises(ValueError, match="vocabulary 128 does not match the target's 256"):
-        EagleDrafter(head, tiny_target("llama", vocab=256))
+        make_drafter(head, tiny_target("llama", vocab=256))
     small = init_head(HeadConfig(32, 64, 2, 2, 128))
     with pytest.raises(ValueError, match="hidden size 32 does not match the target's 64"):
-        EagleDrafter(small, tiny_target("llama"))
+        make_drafter(small, tiny_target("llama"))
 
 
 # ----------------------------------------------------------------------------------------------- EAGLE-3
@@ -132,15 +133,15 @@ def test_eagle3_loads_and_decodes_losslessly(tmp_path, kind):
     assert torch.equal(head.vocab_ids, ref_head.vocab_ids)
     dec = assert_lossless(kind, head)
     dr = dec.drafter
-    assert dr.eagle3 and len(dr.output_layers) == 3
+    assert isinstance(dr, Eagle3Drafter) and dr.kind == "eagle3" and len(dr.output_layers) == 3
     # every drafted token lies in the draft vocabulary (mapped through d2t)
     tgt = dec.target
-    st = dr.new_state()
+    st = dr.start()
     cache = tgt.new_cache()
     hidden, taps = tgt.forward(torch.tensor([PROMPT]), cache, output_layers=dr.output_layers)
     assert taps.shape == (1, len(PROMPT), 3 * 64)
-    feat = dr.extend(st, taps, torch.tensor([PROMPT[1:] + [0]]))
-    pool = dr.grow(st, 0, feat, TreeConfig(12, 4, 4))
+    assert dr.commit(st, taps, torch.tensor([PROMPT[1:] + [0]])) == 1
+    pool = dr.propose(st, 0, TreeConfig(12, 4, 4))
     allowed = set(head.vocab_ids.tolist())
     assert set(pool.tokens[1:]) <= allowed
 
@@ -153,10 +154,10 @@ def test_eagle3_tap_layers():
 def test_eagle3_mismatched_target_refused(tmp_path):
     _eagle3_checkpoint(tmp_path / "a", target_hidden=32)
     with pytest.raises(ValueError, match="EAGLE-3 head expects target hidden size 32"):
-        EagleDrafter(load_any_head(tmp_path / "a"), tiny_target("llama"))
+        make_drafter(load_any_head(tmp_path / "a"), tiny_target("llama"))
     _eagle3_checkpoint(tmp_path / "b", vocab=256)
     with pytest.raises(ValueError, match="vocabulary 256 does not match the target's 128"):
-        EagleDrafter(load_any_head(tmp_path / "b"), tiny_target("llama"))
+        make_drafter(load_any_head(tmp_path / "b"), tiny_target("llama"))
 
 
 def test_eagle3_bad_d2t_refused(tmp_path):

@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 import torch
 
-from conftest import run, tiny_head, tiny_target
+from conftest import run, tiny_drafter, tiny_head, tiny_target
 from core.baseline import BaselineDecoder
 from core.config import DecodeConfig, DecodeError, SamplingConfig, TreeConfig
 from core.drafter import EagleDrafter
@@ -176,11 +176,12 @@ def likely_tokens(name: str, n: int) -> torch.Tensor:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("drafter_kind", ["eagle", "eagle3", "medusa"])
 @pytest.mark.parametrize("name", list(SETTINGS))
-def test_eagle2_sampling_matches_target_distribution(name):
+def test_eagle2_sampling_matches_target_distribution(name, drafter_kind):
+    """Every head-based drafter behind the contract (EAGLE-1/2, EAGLE-3, Medusa); lookup alone is the next test."""
     tgt = target()
-    head = tiny_head(tgt, vocab_ids=likely_tokens(name, 5), seed=3)
-    dec = Eagle2Decoder(tgt, EagleDrafter(head, tgt))
+    dec = Eagle2Decoder(tgt, tiny_drafter(drafter_kind, tgt, likely_tokens(name, 5), seed=3))
     samples, accepted = draw(dec, name, RUNS_EAGLE, TreeConfig(12, 2, 5))
     assert accepted > RUNS_EAGLE // 2, "drafts were rarely accepted: the test would not exercise acceptance"
     check_matches(samples, name)
@@ -204,7 +205,7 @@ def test_context_lookup_sampling_matches_target_distribution(name):
     tgt = target()
     greedy, _ = run(BaselineDecoder(tgt), PROMPT, DecodeConfig(max_new_tokens=24))
     prompt = tuple(PROMPT + greedy)
-    dec = Eagle2Decoder(tgt, EagleDrafter(tiny_head(tgt), tgt))
+    dec = Eagle2Decoder(tgt, tiny_drafter("lookup", tgt))  # the lookup drafter: no head at all
     samples, accepted = draw(dec, name, RUNS_EAGLE, TreeConfig(1, 1, 1, lookup=3), prompt)
     assert accepted > RUNS_EAGLE // 2, "lookup proposals were rarely accepted: acceptance would not be exercised"
     check_matches(samples, name, prompt)

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from core.config import TreeConfig
     from core.draft_head import HeadConfig, init_head, save_head
-    from core.drafter import EagleDrafter
+    from core.heads import make_drafter
     from core.eagle3_head import Eagle3Config, Eagle3Head, init_eagle3_head, save_eagle3_head
     from core.heads import load_any_head
     from core.models import DEFAULT_MODEL, load_target
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"saved head to {head_dir}")
     # evaluate with the bf16 head exactly as shipped
     shipped = load_any_head(head_dir)
-    drafter = EagleDrafter(shipped, target)
+    drafter = make_drafter(shipped, target)
     qs = sample_questions(a.eval_questions, a.eval_per_category) if a.eval_per_category else []
     head_tree = TreeConfig(lookup=0)  # the head alone: context lookup would blur what training achieved
     mode = "chat" if a.chat and tok.chat_template else "raw"
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     tokens_per_step = summary["tokens"] * a.epochs / max(1, summary["steps"])
     for d in sorted(snap_dir.glob("step_*")) if a.snapshots and qs else []:
         step = int(d.name.split("_")[1])
-        r = measure(target, tok, EagleDrafter(load_any_head(d), target), qs, a.eval_max_new, 0.0, head_tree,
+        r = measure(target, tok, make_drafter(load_any_head(d), target), qs, a.eval_max_new, 0.0, head_tree,
                     prompt_mode=mode)
         curve.append({"step": step, "tokens_seen": round(step * tokens_per_step), "tau_t0": r["tau"],
                       "chain_alpha_t0": r["chain_alpha"]})

@@ -9,7 +9,7 @@ import json
 
 from core.baseline import BaselineDecoder
 from core.config import DecodeConfig, SamplingConfig, TreeConfig
-from core.drafter import EagleDrafter
+from core.drafter import Drafter
 from core.eagle import Eagle2Decoder
 from core.events import summarize
 from core.models import TargetModel
@@ -36,7 +36,7 @@ def sample_questions(path: str, per_category: int) -> list[dict]:
     return out
 
 
-def measure(target: TargetModel, tok, drafter: EagleDrafter, questions: list[dict], max_new: int,
+def measure(target: TargetModel, tok, drafter: Drafter, questions: list[dict], max_new: int,
             temperature: float, tree: TreeConfig, chain_depth: int = 5, prompt_mode: str = "raw") -> dict:
     """tau per category (tree), and chain n-alpha for n = 0..chain_depth-1. prompt_mode: 'raw' or 'chat' (one user
     turn of the tokenizer's template), as core.pipeline.encode_prompt."""
