@@ -131,7 +131,7 @@ def losses(head: MedusaHead, w_draft: torch.Tensor, feat: torch.Tensor, valid: t
         p_all = torch.softmax(feat @ w_draft.T, dim=-1)  # (B, S, Vd)
     out = head(feat)  # (B, S, K, H)
     total, ce, top1 = 0.0, [], []
-    for k in range(head.config.num_heads):
+    for k in range(out.shape[-2]):
         shift = k + 1
         if feat.shape[1] <= shift:
             break

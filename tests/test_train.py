@@ -135,3 +135,27 @@ def test_second_round_trains_on_earlier_shards_from_the_first_head(setup, tmp_pa
 def test_extra_shards_must_exist(setup, tmp_path, capsys):
     assert main(args(setup, tmp_path / "run", 1) + ["--extra-shards", str(tmp_path / "nothing")]) == 2
     assert "--extra-shards" in capsys.readouterr().err
+
+
+def test_medusa_trains_from_the_same_shards_and_decodes_losslessly(setup, tmp_path):
+    """`--head-type medusa` reads another run's shards (the EAGLE head's data), exports the Medusa layout with a
+    training card, and the exported head decodes losslessly through the same loop as the EAGLE heads."""
+    from core.heads import load_any_head, make_drafter
+    from core.medusa import MedusaHead
+
+    first = tmp_path / "eagle"
+    assert main(args(setup, first, 1)) == 0
+    out = tmp_path / "medusa"
+    extra = ["--skip-data", "--extra-shards", str(first / "shards"), "--head-type", "medusa", "--medusa-heads", "3"]
+    assert main(args(setup, out, 10) + extra) == 0
+    card = json.loads((out / "head" / "training.json").read_text())
+    assert card["head_type"] == "medusa" and card["training"]["medusa_heads"] == 3
+    assert card["data"]["sequences"] == json.loads((first / "head" / "training.json").read_text())["data"]["sequences"]
+    assert card["training"]["final"]["loss"] < card["training"]["first"]["loss"]
+    assert len(card["training"]["final"]["top1"]) == 3
+    head = load_any_head(out / "head")
+    assert isinstance(head, MedusaHead) and head.trained and len(head.vocab_ids) == 96
+    target = TargetModel(tiny_model("llama").eval())
+    cfg = DecodeConfig(60, tree=TreeConfig(8, 3, 3))
+    dec = Eagle2Decoder(target, make_drafter(head, target))
+    assert dec.method == "medusa" and run(dec, PROMPT, cfg)[0] == run(BaselineDecoder(target), PROMPT, cfg)[0]

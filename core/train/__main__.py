@@ -42,8 +42,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reprefill", action="append", default=[], metavar="DIR",
                    help="also take the token ids of the shards in DIR (an earlier run's prompts + continuations) and "
                         "compute fresh features for them (e.g. EAGLE-3 taps); repeatable")
-    p.add_argument("--head-type", choices=("eagle", "eagle3"), default="eagle",
-                   help="eagle: EAGLE-1/2 head (feature + token loss); eagle3: fused layer taps, own LM head, TTT")
+    p.add_argument("--head-type", choices=("eagle", "eagle3", "medusa"), default="eagle",
+                   help="eagle: EAGLE-1/2 head (feature + token loss); eagle3: fused layer taps, own LM head, TTT; "
+                        "medusa: K ResBlocks on the last feature guessing tokens t+2..t+K+1 (token-level drafting)")
+    p.add_argument("--medusa-heads", type=int, default=5, help="Medusa heads K (the deepest tree level it drafts)")
     p.add_argument("--snapshots", type=int, default=0,
                    help="keep N heads along the way and measure tau of each at T=0 (a curve of tau against data)")
     p.add_argument("--chat", action="store_true", help="wrap prompts in the model's chat template")
@@ -73,7 +75,7 @@ def check_args(a: argparse.Namespace) -> str | None:
     if a.head_type == "eagle3" and a.ttt_steps < 5:
         return f"--ttt-steps must be >= 5 for an EAGLE-3 head, got {a.ttt_steps}"
     for name in ("n_prompts", "batch", "max_prompt", "new_tokens", "max_text", "tokens_per_batch", "ttt_steps",
-                 "max_len"):
+                 "max_len", "medusa_heads"):
         if getattr(a, name) < 1:
             return f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}"
     for name in ("n_text", "max_shards", "draft_vocab", "eval_per_category", "eval_max_new", "seed",
@@ -104,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     from core.draft_head import HeadConfig, init_head, save_head
     from core.heads import make_drafter
     from core.eagle3_head import Eagle3Config, Eagle3Head, init_eagle3_head, save_eagle3_head
-    from core.heads import load_any_head
+    from core.heads import kind_of, load_any_head
+    from core.medusa import MedusaConfig, init_medusa_head, save_medusa_head
     from core.models import DEFAULT_MODEL, load_target
     from core.train.data import (build_shards, draft_vocab, load_shards, read_pool, shard_counts,
                                  token_counts)
@@ -168,12 +171,15 @@ def main(argv: list[str] | None = None) -> int:
         head = init_eagle3_head(c3, ids_all - torch.arange(len(ids_all)), seed=a.seed).float()
         with torch.no_grad():  # the draft LM head starts as the target's rows over the draft vocabulary
             head.lm_head.weight.copy_(w[ids_all.to(w.device)].float().cpu())
+    elif a.head_type == "medusa":
+        head = init_medusa_head(MedusaConfig(target.hidden_size, target.vocab_size, a.medusa_heads, a.draft_vocab),
+                                vocab_ids).float()
     else:
         head = init_head(HeadConfig.for_target(target.hidden_size, target.vocab_size, a.draft_vocab), vocab_ids,
                          seed=a.seed).float()
     if a.init:
         start = load_any_head(a.init)
-        if isinstance(start, Eagle3Head) != eagle3:
+        if kind_of(start).name != a.head_type:
             raise ValueError(f"--init {a.init} is not an {a.head_type} head")
         if not torch.equal(start.vocab_ids, head.vocab_ids):
             log("--init head has another draft vocabulary; keeping its vocabulary")
@@ -183,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     w_draft = w[head.vocab_ids] if a.draft_vocab else w
     cfg = FitConfig(epochs=a.epochs, lr=a.lr, ttt_steps=a.ttt_steps, tokens_per_batch=a.tokens_per_batch,
                     p_weight=a.p_weight, seed=a.seed, max_len=a.max_len)
-    save = save_eagle3_head if eagle3 else save_head
+    save = {"eagle3": save_eagle3_head, "medusa": save_medusa_head}.get(a.head_type, save_head)
     snap_dir = out / "snapshots"
     snap_steps: set[int] = set()
 
@@ -237,8 +243,12 @@ def main(argv: list[str] | None = None) -> int:
         "draft_vocab": {"size": a.draft_vocab or target.vocab_size, "token_coverage": round(coverage, 4)},
         "training": {**summary, "lr": a.lr, "max_len": a.max_len, "ttt_steps": a.ttt_steps,
                      "tokens_per_batch": a.tokens_per_batch,
-                     "loss": ("soft CE against the target (draft vocab), own LM head, steps weighted 0.8^j" if eagle3
-                              else f"smooth_l1(feature) + {a.p_weight} * soft CE (draft vocab), steps weighted 0.8^j"),
+                     "loss": {"eagle3": "soft CE against the target (draft vocab), own LM head, steps weighted 0.8^j",
+                              "medusa": "head k: soft CE against the target's distribution k+1 positions later "
+                                        "(draft vocab, target LM head shared), heads weighted 0.8^k",
+                              }.get(a.head_type, f"smooth_l1(feature) + {a.p_weight} * soft CE (draft vocab), "
+                                                 "steps weighted 0.8^j"),
+                     **({"medusa_heads": a.medusa_heads} if a.head_type == "medusa" else {}),
                      "curve": curve},
         "wall_seconds_this_run": round(time.time() - t0, 1),
         "hardware": {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from core.draft_head import EagleHead
 from core.eagle3_head import Eagle3Head
+from core import medusa
 
 
 @dataclass(frozen=True)
@@ -134,11 +135,11 @@ def losses(head: EagleHead | Eagle3Head, embed, w_draft: torch.Tensor, ids, feat
     return total, vl, pl, acc
 
 
-def fit(head: EagleHead | Eagle3Head, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, ckpt_dir: Path, log,
+def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, ckpt_dir: Path, log,
         snapshot=None) -> dict:
     """Train in place with accelerate; resumes from ckpt_dir/state.pt. Returns a summary for training.json.
 
-    An Eagle3Head trains on the shards' taps. `snapshot(head, step, total_steps)` is called after every save (the
+    An Eagle3Head trains on the shards' taps; a MedusaHead on the last features with core.medusa.losses. `snapshot(head, step, total_steps)` is called after every save (the
     caller keeps heads along the way, e.g. for a curve of tau against the data seen).
     """
     from accelerate import Accelerator
@@ -155,6 +156,7 @@ def fit(head: EagleHead | Eagle3Head, embed, w_draft: torch.Tensor, seqs, cfg: F
     head, opt = acc.prepare(head, opt)
     w_draft = w_draft.to(acc.device).float()
     eagle3 = isinstance(acc.unwrap_model(head), Eagle3Head)
+    is_medusa = isinstance(acc.unwrap_model(head), medusa.MedusaHead)
     draft_logits = acc.unwrap_model(head).draft_logits if eagle3 else None
     feat_rms = float(torch.cat([sq[1][:256].float() for sq in seqs[:200]]).pow(2).mean().sqrt())
     step, t_start, elapsed0 = 0, time.time(), 0.0
@@ -173,8 +175,12 @@ def fit(head: EagleHead | Eagle3Head, embed, w_draft: torch.Tensor, seqs, cfg: F
         idx = plan[step % len(plan)]
         ids, feat, valid, taps = collate(seqs, idx, cfg.max_len)
         with acc.autocast():
-            loss, vl, pl, ac = losses(head, embed, w_draft, ids, feat, valid, cfg, feat_rms, gen,
-                                      taps if eagle3 else None, draft_logits)
+            if is_medusa:  # token-level heads on the clean last feature; per head (soft CE, top-1)
+                loss, pl, ac = medusa.losses(head, w_draft, feat, valid)
+                vl = []
+            else:
+                loss, vl, pl, ac = losses(head, embed, w_draft, ids, feat, valid, cfg, feat_rms, gen,
+                                          taps if eagle3 else None, draft_logits)
         acc.backward(loss)
         acc.clip_grad_norm_(head.parameters(), cfg.clip)
         opt.step()
