@@ -1,25 +1,24 @@
-"""Event functions of the playground: validated inputs -> both decoders raced on one device -> rendered outputs.
+"""Event functions of the playground: one validated RunSettings -> the lanes raced on one device -> rendered outputs.
 
-No layout here (ui.py) and no per-user state held on the object: `Playground` only binds the loaded models, which
-every session shares read-only; each request's events live in a RunRecord passed through gr.State.
-
-The race: both generators run in one thread on one device, one step at a time, always advancing whichever method
-has used less compute time so far (sum of StepEvent.step_ms, measured inside core). At any moment both panels show
-what each method produced in the same compute time, so each grows at its true speed and UI work never enters a
-measurement. (No `from __future__ import annotations` here: gr.api reads the /run signature's real types.)
+No layout here (ui.py), no input coercion (inputs.py), no race or ZeroGPU plumbing (race.py), no start-up work
+(startup.py), and no per-user state held on the object: `Playground` only binds the loaded models, which every
+session shares read-only; each request's events live in a RunRecord passed through gr.State. Outputs are built as
+a dict keyed by component id (`OUTPUTS` is the one order ui.py wires them in).
+(No `from __future__ import annotations` here: gr.api reads the /run signature's real types.)
 """
 import dataclasses
-import html
-import json
-import logging
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import gradio as gr
 
+from app.inputs import (  # noqa: F401  (re-exported: the app's public names stay importable from here)
+    COMPARE, DEFAULT_TREE, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, Limits, RunSettings, as_float, as_int, compare_choice,
+    make_config, short, user_error, within,
+)
 from app.plots import stats_figure, tree_figure
+from app.race import gpu_seconds, is_oom, log_rejected, log_request, race, spaces_module  # noqa: F401
 from app.render import (
     Detokenizer,
     baseline_html,
@@ -32,141 +31,23 @@ from app.render import (
     token_label,
     token_steps,
 )
+from app.startup import auto_or_parse, warm_up  # noqa: F401
 from app.state import RunRecord
 from core.autotree import TreePlan
-from core.config import DecodeConfig, DecodeError, SamplingConfig, TreeConfig
+from core.config import DecodeConfig, DecodeError
 from core.events import StepEvent, summarize
 from core.exactness import Divergence, divergence_of, short_name
 from core.pipeline import encode_prompt
 from core.pipeline import prompt_mode as resolve_prompt_mode
 
-MAX_NEW_TOKENS = 1024  # UI / API cap (core accepts more; this keeps a public demo responsive)
-MAX_PROMPT_TOKENS = 4096
-SIDES = ("baseline", "eagle")
-OUTPUTS = ("baseline-output", "eagle-output", "stats", "stats-charts", "draft-tree", "step-slider", "state")
-_TREE = TreeConfig()  # the engine's default tree (a Playground's TreePlan when none was planned)
-log = logging.getLogger("eagle_playground.requests")
+OUTPUTS = ("baseline-output", "eagle-output", "stats", "stats-charts", "draft-tree", "step-slider",
+           "compare-output", "compare-tree", "state")  # the two-lane outputs first, the third lane's after, state last
+LANE_TITLES = {"medusa": "Medusa", "lookup": "Prompt lookup"}
 
 
-@dataclass(frozen=True)
-class Limits:
-    """What one request may ask for, at every door: the UI's sliders are built from these maxima and the UI's event
-    and `/run` validate against them in one place (Gradio range-checks sliders only for the UI's own endpoint;
-    gr.api inputs arrive unchecked). Core's own limits are wider; these keep one request to minutes of CPU."""
-
-    max_new_tokens: int = MAX_NEW_TOKENS
-    prompt_tokens: int = MAX_PROMPT_TOKENS
-    prompt_chars: int = 65_536  # checked before tokenizing: a many-megabyte prompt never reaches the tokenizer
-    total_tokens: int = 128  # tree nodes verified per step, root included
-    depth: int = 12
-    top_k: int = 16
-    lookup: int = 32
-    temperature: float = 2.0
-    top_p_min: float = 0.05
-    seconds: float = 300.0  # wall-clock budget of one request's decoding; past it both methods stop cleanly
-    queue: int = 32  # requests waiting at most (demo.queue(max_size=...)); more are told the server is busy
-
-
-def user_error(message: str, title: str) -> gr.Error:
-    """An expected, user-caused error: shown to that user (as text: Gradio renders messages as HTML) and logged as
-    one line by the handler, without the traceback Gradio prints for faults."""
-    return gr.Error(html.escape(message, quote=False), title=title, print_exception=False)
-
-
-def short(value: object, n: int = 40) -> str:
-    """repr() of a user value cut to n characters, so an error message stays one short line."""
-    r = repr(value)
-    return r if len(r) <= n else r[: n - 3] + "..."
-
-
-OOM_TEXT = ("out of memory", "can't allocate memory", "not enough memory", "failed to allocate memory")
-
-
-def is_oom(e: BaseException) -> bool:
-    """MemoryError, torch's OutOfMemoryError (CUDA/MPS), or the plain RuntimeError torch raises when the CPU
-    allocator fails ("DefaultCPUAllocator: can't allocate memory: you tried to allocate ..." / "not enough memory")."""
-    import torch
-
-    oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
-    if isinstance(e, MemoryError) or (oom is not None and isinstance(e, oom)):
-        return True
-    return isinstance(e, RuntimeError) and any(t in str(e).lower() for t in OOM_TEXT)
-
-
-def log_rejected(endpoint: str, model: str, message: str) -> None:
-    """One JSON line for a request refused at the input boundary (no traceback: the user's mistake, not a fault)."""
-    log.info(json.dumps({"event": "request", "endpoint": endpoint, "model": model, "outcome": "rejected",
-                         "error": message[:200]}, ensure_ascii=True))
-
-
-def log_request(endpoint: str, record, seconds: float, outcome: str, error: str = "") -> None:
-    """One JSON line per request: model, methods, token counts, time, tau, outcome; never the prompt text."""
-    line = {"event": "request", "endpoint": endpoint, "model": record.model, "methods": list(SIDES),
-            "prompt_tokens": len(record.prompt_ids), "seconds": round(seconds, 4), "outcome": outcome}
-    for side in SIDES:
-        st = summarize(getattr(record, side))
-        line[f"{side}_new_tokens"] = st.new_tokens
-        line[f"{side}_tau"] = round(st.tau, 4)
-    if error:
-        line["error"] = error
-    log.info(json.dumps(line, ensure_ascii=True))
-
-
-def race(gens: dict[str, Iterator[StepEvent]]) -> Iterator[tuple[str, StepEvent]]:
-    """Interleave generators by compute time: next() the side with the smallest sum of step_ms (ties: dict order)."""
-    spent = {k: 0.0 for k in gens}
-    live = dict(gens)
-    while live:
-        side = min(live, key=lambda k: spent[k])
-        ev = next(live[side], None)
-        if ev is None:
-            del live[side]
-            continue
-        spent[side] += ev.step_ms
-        yield side, ev
-        if ev.finished:
-            del live[side]  # the caller closes every generator when the race ends or is closed
-
-
-def as_int(name: str, value: object) -> int:
-    """Accept ints and integral floats (sliders and JSON clients send 128.0); reject the rest with a message."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a whole number, got {short(value)}")
-    if isinstance(value, float) and not value.is_integer():
-        raise ValueError(f"{name} must be a whole number, got {value}")
-    return int(value)
-
-
-def as_float(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number, got {short(value)}")
-    return float(value)
-
-
-def within(name: str, value: int, low: int, high: int) -> int:
-    if not low <= value <= high:
-        raise ValueError(f"{name} must be between {low} and {high}, got {value}")
-    return value
-
-
-def make_config(max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup=_TREE.lookup,
-                cap: int = MAX_NEW_TOKENS, limits: Limits | None = None) -> DecodeConfig:
-    """UI values -> DecodeConfig within `limits` (the UI's maxima; `cap` overrides max new tokens); raises
-    ValueError with a user-readable message. Core then checks types, finiteness and its own wider ranges."""
-    lim = limits or Limits()
-    n = within("max new tokens", as_int("max new tokens", max_new_tokens), 1, cap)
-    t, top_p = as_float("temperature", temperature), as_float("top-p", top_p)
-    if t > lim.temperature:
-        raise ValueError(f"temperature must be in [0, {lim.temperature:g}], got {t:g}")
-    if top_p < lim.top_p_min and top_p > 0:
-        raise ValueError(f"top_p must be in [{lim.top_p_min:g}, 1], got {top_p:g}")
-    sampling = SamplingConfig(temperature=t, top_p=top_p, seed=as_int("seed", seed))
-    tree = TreeConfig(
-        total_tokens=within("total_tokens", as_int("tree total tokens", total_tokens), 1, lim.total_tokens),
-        depth=within("depth", as_int("tree depth", depth), 1, lim.depth),
-        top_k=within("top_k", as_int("tree top-k", top_k), 1, lim.top_k),
-        lookup=within("lookup", as_int("context lookup", lookup), 0, lim.lookup))
-    return DecodeConfig(max_new_tokens=n, sampling=sampling, tree=tree)
+def ordered(view: dict) -> tuple:
+    """A view keyed by component id -> the tuple Gradio expects, in OUTPUTS order (gr.skip() for ids left out)."""
+    return tuple(view.get(k, gr.skip()) for k in OUTPUTS)
 
 
 def step_slider(n_steps: int) -> gr.Slider:
@@ -178,30 +59,18 @@ def step_slider(n_steps: int) -> gr.Slider:
                      label=f"Draft tree of verify step (1–{n_steps})")
 
 
-def gpu_seconds(max_new_tokens: int) -> int:
-    """ZeroGPU reservation for one request (both methods, generous for a 270M-1B target)."""
-    return int(min(300, 20 + 0.12 * max_new_tokens))
-
-
-def spaces_module():
-    """The Hugging Face `spaces` package (ZeroGPU) when installed, else None; imported only when present."""
-    try:
-        import spaces  # type: ignore
-    except ImportError:
-        return None
-    return spaces
-
-
 class Playground:
-    """The loaded tokenizer and decoders bound to the app's event functions."""
+    """The loaded tokenizer and decoders bound to the app's event functions. `compare`: the token-level decoders a
+    request may race as a third lane, by COMPARE key ("medusa", "lookup"; app/startup.py compare_decoders)."""
 
-    def __init__(self, tokenizer, baseline, eagle, *, text_every: float = 0.1, plot_every: float = 0.5,
+    def __init__(self, tokenizer, baseline, eagle, *, compare: dict | None = None, text_every: float = 0.1, plot_every: float = 0.5,
                  charts_every: float = 2.0, max_new_tokens: int | None = None,
                  max_prompt_tokens: int | None = None, prompt_mode: str = "auto", system: str | None = None,
                  limits: Limits | None = None, trees: TreePlan | None = None):
         self.tok, self.baseline, self.eagle = tokenizer, baseline, eagle
+        self.compare = dict(compare or {})
         # the tree a request gets unless it sets one: per sampling regime (greedy / sampled), shared by UI and /run
-        self.trees = trees or TreePlan.fixed(_TREE, "engine default")
+        self.trees = trees or TreePlan.fixed(DEFAULT_TREE, "engine default")
         self.mode = resolve_prompt_mode(tokenizer, prompt_mode)  # 'chat' (user turn) or 'raw'; shown in the UI
         self.system = system
         self.text_every, self.plot_every, self.charts_every = text_every, plot_every, charts_every
@@ -222,16 +91,17 @@ class Playground:
 
     # ---------------------------------------------------------------------------------- the device work
 
-    def _race_steps(self, prompt_ids: list[int], cfg: DecodeConfig,
-                    should_stop: Callable[[], bool] | None = None) -> Iterator[tuple[str, StepEvent]]:
-        """Both decoders raced step by step until done or should_stop(); closing this generator stops both too."""
+    def _race_steps(self, prompt_ids: list[int], cfg: DecodeConfig, lanes: tuple[str, ...] = ("baseline", "eagle"),
+                    compare: str = "none", should_stop: Callable[[], bool] | None = None
+                    ) -> Iterator[tuple[str, StepEvent]]:
+        """The lanes' decoders raced step by step until done or should_stop(); closing this generator stops all."""
         closed = [False]
 
         def stop() -> bool:
             return closed[0] or bool(should_stop and should_stop())
 
-        gens = {"baseline": self.baseline.generate(prompt_ids, cfg, stop),
-                "eagle": self.eagle.generate(prompt_ids, cfg, stop)}
+        decoders = {"baseline": self.baseline, "compare": self.compare.get(compare), "eagle": self.eagle}
+        gens = {lane: decoders[lane].generate(prompt_ids, cfg, stop) for lane in lanes}
         try:
             yield from race(gens)
         finally:
@@ -256,7 +126,8 @@ class Playground:
                 return True
             return False
 
-        return self._race(record.prompt_ids, cfg, None if self.zero_gpu else should_stop)
+        return self._race(record.prompt_ids, cfg, record.lanes, record.compare_kind,
+                          None if self.zero_gpu else should_stop)
 
     def client_gone(self, request: gr.Request | None, api_name: str) -> Callable[[], bool]:
         """A check that turns true once the client of this queued request has disconnected or cancelled it.
@@ -282,18 +153,18 @@ class Playground:
 
     # ---------------------------------------------------------------------------------- input boundary
 
-    def prepare(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens=None, depth=None, top_k=None,
-                lookup=None, endpoint: str = "run"):
-        """Validate inputs -> (fresh RunRecord, DecodeConfig), the one input check of the UI's event and `/run`;
-        raises gr.Error with a clear one-line message (and logs one line) for anything outside self.limits."""
+    def prepare(self, settings: RunSettings, endpoint: str = "run") -> tuple[RunRecord, DecodeConfig]:
+        """Validate one request's settings -> (fresh RunRecord, DecodeConfig), the one input check of the UI's event
+        and `/run`; raises gr.Error with a clear one-line message (and logs one line) for anything outside
+        self.limits."""
         try:
-            return self._prepare(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
-                                 lookup)
+            return self._prepare(settings)
         except gr.Error as e:
             log_rejected(endpoint, self.model, str(e))
             raise
 
-    def _prepare(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup):
+    def _prepare(self, settings: RunSettings) -> tuple[RunRecord, DecodeConfig]:
+        prompt = settings.prompt
         if not isinstance(prompt, str):
             raise user_error(f"The prompt must be text, got {type(prompt).__name__}.", "Invalid prompt")
         if len(prompt) > self.limits.prompt_chars:  # before strip() or the tokenizer touch a huge prompt
@@ -301,10 +172,12 @@ class Playground:
                              "accepted.", "Prompt too long")
         if not prompt.strip():
             raise user_error("Enter a prompt first.", "Empty prompt")
+        st = settings
         try:
-            total_tokens, depth, top_k, lookup = self.tree_settings(temperature, total_tokens, depth, top_k, lookup)
-            cfg = make_config(max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
-                              cap=self.cap, limits=self.limits)
+            tree = self.tree_settings(st.temperature, *(getattr(st, f) for f in RunSettings.TREE_FIELDS))
+            cfg = make_config(st.max_new_tokens, st.temperature, st.top_p, st.seed, *tree, cap=self.cap,
+                              limits=self.limits)
+            compare = compare_choice(st.compare, tuple(self.compare))
         except ValueError as e:
             raise user_error(str(e), "Invalid setting") from None
         try:
@@ -321,7 +194,7 @@ class Playground:
             raise user_error(f"The prompt is {len(ids)} tokens; at most {max(limit, 0)} fit with these settings.",
                              "Prompt too long")
         record = RunRecord(prompt=prompt, prompt_ids=ids, greedy=cfg.sampling.greedy, tree_depth=cfg.tree.depth,
-                           model=self.model)
+                           model=self.model, compare_kind=compare)
         return record, cfg
 
     def tree_settings(self, temperature, total_tokens=None, depth=None, top_k=None, lookup=None) -> tuple:
@@ -372,20 +245,22 @@ class Playground:
                 outcome = "timeout"
             if outcome == "ok" and record.stop:
                 outcome = "stopped"
-            if outcome == "ok" and not (record.finished("baseline") and record.finished("eagle")):
+            if outcome == "ok" and not all(record.finished(lane) for lane in record.lanes):
                 outcome = "stopped"
             log_request(endpoint, record, time.perf_counter() - t0, outcome, error)
 
     # ---------------------------------------------------------------------------------- UI events
 
     def stream(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
-               lookup=_TREE.lookup, request: gr.Request = None):
-        """Run button: stream both panels as a race. Text refreshes at most every text_every s, the draft tree every
-        plot_every s and the charts every charts_every s (plotly re-renders are what costs the browser most)."""
-        record, cfg = self.prepare(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
-                                   lookup, endpoint="stream")
+               lookup=DEFAULT_TREE.lookup, compare="none", request: gr.Request = None):
+        """Run button (the UI's inputs in RunSettings order): stream the lanes as a race. Text refreshes at most
+        every text_every s, the draft trees every plot_every s and the charts every charts_every s (plotly
+        re-renders are what costs the browser most)."""
+        settings = RunSettings(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
+                               compare)
+        record, cfg = self.prepare(settings, endpoint="stream")
         gone = self.client_gone(request, "stream")
-        det = {s: Detokenizer(self.tok, record.prompt_ids) for s in SIDES}
+        det = {s: Detokenizer(self.tok, record.prompt_ids) for s in record.lanes}
         yield self._view(record, det, running=True, tree=True, charts=True)
         last = dict.fromkeys(("text", "tree", "charts"), time.monotonic())
         every = {"text": self.text_every, "tree": self.plot_every, "charts": self.charts_every}
@@ -411,32 +286,44 @@ class Playground:
     def finish(self, record: RunRecord | None):
         """Stop button: ask the running request to stop after its current step, and show what it produced.
         (After a run the state holds only its compact record, with no events: then there is nothing to stop.)"""
-        if not record or not (record.baseline or record.eagle):
-            return (gr.skip(),) * len(OUTPUTS)
+        if not record or not (record.baseline or record.eagle or record.compare):
+            return ordered({})
         record.stop = True
-        record.baseline, record.eagle = list(record.baseline), list(record.eagle)  # snapshot
-        det = {s: Detokenizer(self.tok, record.prompt_ids) for s in SIDES}
-        for s in SIDES:
+        for lane in record.lanes:  # snapshot
+            setattr(record, lane, list(getattr(record, lane)))
+        det = {s: Detokenizer(self.tok, record.prompt_ids) for s in record.lanes}
+        for s in record.lanes:
             det[s].add(record.ids(s))
             det[s].flush()
         return self._view(record, det, running=False, tree=True, charts=True, final=True)
 
     def show_step(self, record: RunRecord | None, step):
-        """Step slider: the draft tree of verify step `step` (1-based) of the last request."""
-        n = record.tree_count if record else 0
+        """Step slider: the draft trees of verify step `step` (1-based) of the last request, EAGLE-2's and, in the
+        three-lane view, the token-level lane's (its own step `step`, or its last when it needed fewer)."""
+        return self._step_tree(record, step, "eagle"), (
+            self._step_tree(record, step, "compare") if record and record.compare_kind != "none" else gr.skip())
+
+    def _step_tree(self, record: RunRecord | None, step, lane: str):
+        n = record.lane_tree_count(lane) if record else 0
         if not n:
             return tree_figure(None, self.label)
         i = min(max(int(step or 1), 1), n)
-        ev = record.tree_step(i - 1)
-        return tree_figure(ev, self.label, title=f"Step {i} of {n}: {len(ev.tree) - 1} drafted, "
+        ev = record.tree_step(i - 1, lane)
+        where = f"{self._lane_name(record, lane)} step" if record.compare_kind != "none" else "Step"
+        return tree_figure(ev, self.label, title=f"{where} {i} of {n}: {len(ev.tree) - 1} drafted, "
                                                  f"{ev.accepted_drafts} accepted + 1 target token")
 
     @staticmethod
-    def _tree_title(steps: list[StepEvent], running: bool) -> str:
+    def _lane_name(record: RunRecord, lane: str) -> str:
+        return "EAGLE-2" if lane == "eagle" else LANE_TITLES.get(record.compare_kind, record.compare_kind)
+
+    @staticmethod
+    def _tree_title(steps: list[StepEvent], running: bool, name: str = "") -> str:
         if not steps:
             return ""
         last = steps[-1]
         where = f"Step {len(steps)} (live)" if running else f"Step {len(steps)} of {len(steps)}"
+        where = f"{name} {where.lower()}" if name else where
         return f"{where}: {len(last.tree) - 1} drafted, {last.accepted_drafts} accepted + 1 target token"
 
     def encode(self, prompt: str) -> list[int]:
@@ -452,31 +339,39 @@ class Playground:
 
     def _view(self, record: RunRecord, det: dict[str, Detokenizer], running: bool, tree: bool, charts: bool,
               final: bool = False) -> tuple:
-        """All outputs (in OUTPUTS order) for the current record."""
-        stats = {s: summarize(getattr(record, s)) for s in SIDES}
-        done = {s: record.finished(s) for s in SIDES}
-        base = baseline_html(record.prompt, det["baseline"].text,
-                             panel_meta(stats["baseline"], running and not done["baseline"], done["baseline"]))
-        eagle = eagle_html(record.prompt, det["eagle"].pieces, det["eagle"].ids, token_depths(record.eagle),
-                           token_steps(record.eagle),
-                           panel_meta(stats["eagle"], running and not done["eagle"], done["eagle"]),
-                           legend_depth=record.tree_depth, lookup=token_lookup(record.eagle))
+        """All outputs for the current record, keyed by component id, returned in OUTPUTS order."""
+        lanes = record.lanes
+        stats = {s: summarize(getattr(record, s)) for s in lanes}
+        done = {s: record.finished(s) for s in lanes}
+        meta = {s: panel_meta(stats[s], running and not done[s], done[s]) for s in lanes}
+        view = {"baseline-output": baseline_html(record.prompt, det["baseline"].text, meta["baseline"])}
+        for lane in lanes[1:]:  # the drafting lanes: every token coloured by its draft depth
+            events = getattr(record, lane)
+            view[f"{lane}-output"] = eagle_html(record.prompt, det[lane].pieces, det[lane].ids, token_depths(events),
+                                                token_steps(events), meta[lane], legend_depth=record.tree_depth,
+                                                lookup=token_lookup(events))
         badge = identical_badge(record.ids("baseline"), record.ids("eagle"), record.greedy,
                                 complete=done["baseline"] and done["eagle"], divergence=self._divergence(record),
                                 dtype=short_name(self.dtype))
-        table = stats_html(stats["baseline"], stats["eagle"], badge)
-        steps = record.tree_steps
-        charts = stats_figure(stats["baseline"], stats["eagle"]) if charts else gr.skip()
-        tree = tree_figure(steps[-1] if steps else None, self.label,
-                           title=self._tree_title(steps, running)) if tree else gr.skip()
+        three = "compare" in lanes
+        label = LANE_TITLES.get(record.compare_kind, "")
+        view["stats"] = stats_html(stats["baseline"], stats["eagle"], badge, stats.get("compare"), label)
+        if charts:
+            view["stats-charts"] = stats_figure(stats["baseline"], stats["eagle"], stats.get("compare"), label)
+        if tree:
+            for lane, key in (("eagle", "draft-tree"), ("compare", "compare-tree")) if three else (("eagle",
+                                                                                                      "draft-tree"),):
+                steps = record.lane_tree_steps(lane)
+                name = self._lane_name(record, lane) if three else ""
+                view[key] = tree_figure(steps[-1] if steps else None, self.label,
+                                        title=self._tree_title(steps, running, name))
         if final:
-            slider = step_slider(len(steps))
-        elif running and not record.baseline and not record.eagle:
-            slider = step_slider(0)
-        else:
-            slider = gr.skip()
+            view["step-slider"] = step_slider(max(record.lane_tree_count(lane) for lane in lanes[1:]))
+        elif running and not any(getattr(record, lane) for lane in lanes):
+            view["step-slider"] = step_slider(0)
         # while running, the state holds the live record (Stop flips its flag); afterwards only its compact form
-        return base, eagle, table, charts, tree, slider, record.compact() if final else record
+        view["state"] = record.compact() if final else record
+        return ordered(view)
 
     def _divergence(self, record: RunRecord) -> Divergence | None:
         """Where greedy outputs part ways and whether a near tie explains it, from the recorded margins."""
@@ -486,16 +381,20 @@ class Playground:
 
     def run(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
             seed: int = 0, total_tokens: int | None = None, depth: int | None = None,
-            top_k: int | None = None, lookup: int | None = None, request: gr.Request = None) -> dict:
-        """Generate `prompt` with plain decoding and EAGLE-2; return both texts, whether the token ids are
-        identical, each method's statistics and the speedup (EAGLE-2 tokens/s over baseline tokens/s). Tree
-        settings left out take the tree the UI would show for this temperature (planned per regime by `--tree
-        auto`); `tree` in the result says which tree ran. At T = 0,
-        `divergence` says where outputs that differ part ways (index, both top-2 margins, near_tie, tolerance,
-        label, dtype; core/exactness.py), else None. `note` says why a run stopped early (the time budget per
-        request), else it is empty."""
-        record, cfg = self.prepare(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
-                                   lookup, endpoint="run")
+            top_k: int | None = None, lookup: int | None = None, compare: str = "none",
+            request: gr.Request = None) -> dict:
+        """Generate `prompt` with plain decoding and EAGLE-2 (and, with `compare` "medusa" or "lookup", a
+        token-level drafter as a third lane); return the texts, whether the token ids are identical, each method's
+        statistics and the speedup (EAGLE-2 tokens/s over baseline tokens/s). Tree settings left out take the tree
+        the UI would show for this temperature (planned per regime by `--tree auto`); `tree` in the result says
+        which tree ran, and every drafting lane uses it. At T = 0, `divergence` says where outputs that differ part
+        ways (index, both top-2 margins, near_tie, tolerance, label, dtype; core/exactness.py), else None. `note`
+        says why a run stopped early (the time budget per request), else it is empty. A third lane adds
+        `compare_method`, `compare_text`, `compare_token_ids`, `compare_identical`, `compare` (statistics),
+        `compare_speedup` (over baseline) and `eagle_vs_compare` (EAGLE-2 tokens/s over the token-level lane's)."""
+        settings = RunSettings(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
+                               compare)
+        record, cfg = self.prepare(settings, endpoint="run")
         with self.guarded("run", record):
             steps = self._steps(record, cfg, self.client_gone(request, "run"))
             try:
@@ -503,10 +402,11 @@ class Playground:
                     getattr(record, side).append(ev)
             finally:
                 steps.close()
-        stats = {s: summarize(getattr(record, s)) for s in SIDES}
+        stats = {s: summarize(getattr(record, s)) for s in record.lanes}
         b, e = stats["baseline"].tokens_per_s, stats["eagle"].tokens_per_s
         div = self._divergence(record)
-        return {
+        out = {
+            "lanes": list(record.methods),
             "baseline_text": self.tok.decode(record.ids("baseline"), skip_special_tokens=True),
             "eagle_text": self.tok.decode(record.ids("eagle"), skip_special_tokens=True),
             "identical": record.ids("baseline") == record.ids("eagle"),
@@ -521,28 +421,13 @@ class Playground:
             "tree": dataclasses.asdict(cfg.tree),
             "note": record.note,
         }
-
-
-def auto_or_parse(spec: str | None, eagle, tokenizer) -> TreePlan:
-    """--tree: None keeps the engine default; 'T,D,K[,L]' is used for every request; 'auto' measures this machine
-    once and plans one tree for greedy requests and one for sampled ones (core/autotree.py)."""
-    if not spec:
-        return TreePlan.fixed(_TREE, "engine default")
-    if spec != "auto":
-        return TreePlan.fixed(TreeConfig.parse(spec), "given")
-    from core.autotree import plan_regimes
-
-    plan, reports = plan_regimes(eagle, tokenizer("The history of the printing press").input_ids, max_new_tokens=48)
-    logging.getLogger("eagle_playground").info(
-        "auto tree: greedy %s, sampled %s (verify ms by tree size %s)", plan.greedy, plan.sampled,
-        {n: round(v, 1) for n, v in reports["greedy"].verify_ms.items()})
-    return plan
-
-
-def warm_up(tokenizer, baseline, eagle, tokens: int = 8) -> None:
-    """One short greedy generation per method so the first user's timings exclude one-off start-up costs."""
-    ids = list(tokenizer.encode("The quick brown fox"))
-    cfg = DecodeConfig(max_new_tokens=tokens)
-    for dec in (baseline, eagle):
-        for _ in dec.generate(ids, cfg, None):
-            pass
+        if "compare" in stats:
+            c = stats["compare"].tokens_per_s
+            out |= {"compare_method": record.compare_kind,
+                    "compare_text": self.tok.decode(record.ids("compare"), skip_special_tokens=True),
+                    "compare_token_ids": record.ids("compare"),
+                    "compare_identical": record.ids("baseline") == record.ids("compare"),
+                    "compare": stats["compare"].as_dict(),
+                    "compare_speedup": c / b if b else 0.0,
+                    "eagle_vs_compare": e / c if c else 0.0}
+        return out

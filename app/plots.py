@@ -177,35 +177,47 @@ def _placeholder(fig: go.Figure, text: str) -> go.Figure:
     return fig
 
 
-def stats_figure(base: RunStats | None, eagle: RunStats | None) -> go.Figure:
-    """Three panels: accepted-length histogram, acceptance by draft depth, compute-time split."""
+def stats_figure(base: RunStats | None, eagle: RunStats | None, compare: RunStats | None = None,
+                 compare_label: str = "") -> go.Figure:
+    """Three panels: accepted-length histogram, acceptance by draft depth (EAGLE-2, and the token-level lane side by
+    side when one races), compute-time split per lane."""
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.09, subplot_titles=(
         "Accepted drafts per step", "Acceptance by depth (P[path reaches d])", "Compute time split"))
-    if eagle is not None and eagle.accept_hist:
-        hist = list(eagle.accept_hist)
-        fig.add_trace(go.Bar(x=list(range(len(hist))), y=hist, name="steps", marker_color="#4c78a8",
-                             hovertemplate="%{y} steps accepted %{x} drafts<extra></extra>", showlegend=False),
-                      row=1, col=1)
-    if eagle is not None and eagle.depth_accept:
-        da = list(eagle.depth_accept)
-        fig.add_trace(go.Bar(x=list(range(1, len(da) + 1)), y=da, name="acceptance", marker_color="#54a24b",
-                             hovertemplate="depth %{x}: %{y:.1%} of steps<extra></extra>", showlegend=False),
-                      row=1, col=2)
+    drafting = [(n, st, c) for n, st, c in ((compare_label or "token-level", compare, "#e45756"),
+                                             ("EAGLE-2", eagle, "#4c78a8")) if st is not None]
+    show = compare is not None  # a legend only when two drafting lanes share the panels
+    for name, st, color in drafting:
+        if st.accept_hist:
+            hist = list(st.accept_hist)
+            fig.add_trace(go.Bar(x=list(range(len(hist))), y=hist, name=name, marker_color=color, legendgroup=name,
+                                 hovertemplate=f"{name}: %{{y}} steps accepted %{{x}} drafts<extra></extra>",
+                                 showlegend=show), row=1, col=1)
+        if st.depth_accept:
+            da = list(st.depth_accept)
+            fig.add_trace(go.Bar(x=list(range(1, len(da) + 1)), y=da, name=name, legendgroup=name,
+                                 marker_color=color if show else "#54a24b", showlegend=False,
+                                 hovertemplate=f"{name}: depth %{{x}}: %{{y:.1%}} of steps<extra></extra>"),
+                          row=1, col=2)
     if base is not None or eagle is not None:
-        names = ["Baseline", "EAGLE-2"]
-        draft = [0.0, eagle.draft_s if eagle else 0.0]
-        verify = [base.verify_s if base else 0.0, eagle.verify_s if eagle else 0.0]
-        fig.add_trace(go.Bar(y=names, x=verify, orientation="h", name="target forward (verify)",
-                             marker_color="#4c78a8", hovertemplate="%{x:.2f} s<extra>target forward</extra>"),
+        lanes = [("Baseline", base)] + ([(compare_label or "token-level", compare)] if show else []) + [
+            ("EAGLE-2", eagle)]
+        names = [n for n, _ in lanes]
+        draft = [st.draft_s if st is not None and n != "Baseline" else 0.0 for n, st in lanes]
+        verify = [st.verify_s if st is not None else 0.0 for _, st in lanes]
+        other = [st.other_s if st is not None else 0.0 for _, st in lanes]
+        # stacked by hand (base=) in one offset group: the other panels group their bars side by side
+        after_verify = [v + d for v, d in zip(verify, draft)]
+        fig.add_trace(go.Bar(y=names, x=verify, orientation="h", name="target forward (verify)", offsetgroup="t",
+                             marker_color="#72b7b2", hovertemplate="%{x:.2f} s<extra>target forward</extra>"),
                       row=1, col=3)
-        fig.add_trace(go.Bar(y=names, x=draft, orientation="h", name="draft head",
+        fig.add_trace(go.Bar(y=names, x=draft, base=verify, orientation="h", name="draft head", offsetgroup="t",
                              marker_color="#f58518", hovertemplate="%{x:.2f} s<extra>draft</extra>"),
                       row=1, col=3)
-        other = [base.other_s if base else 0.0, eagle.other_s if eagle else 0.0]
-        fig.add_trace(go.Bar(y=names, x=other, orientation="h", name="other (tree, accept, KV)",
+        fig.add_trace(go.Bar(y=names, x=other, base=after_verify, orientation="h", name="other (tree, accept, KV)",
+                             offsetgroup="t",
                              marker_color="#bab0ac", hovertemplate="%{x:.2f} s<extra>other</extra>"),
                       row=1, col=3)
-    fig.update_layout(barmode="stack", height=300, margin=dict(l=10, r=10, t=40, b=40), plot_bgcolor="white",
+    fig.update_layout(barmode="group", height=300, margin=dict(l=10, r=10, t=40, b=40), plot_bgcolor="white",
                       legend=dict(orientation="h", yanchor="top", y=-0.18, xanchor="right", x=1.0),
                       font=dict(size=11))
     fig.update_xaxes(title_text="accepted drafts", dtick=1, row=1, col=1)

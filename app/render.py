@@ -233,36 +233,53 @@ def is_identical(base_ids: Sequence[int], eagle_ids: Sequence[int]) -> bool:
     return list(base_ids) == list(eagle_ids)
 
 
-def stats_html(base: RunStats, eagle: RunStats, badge: str = "") -> str:
-    """Side-by-side table of request statistics (metric names as in docs/ARCHITECTURE.md §4)."""
-    speedup = eagle.tokens_per_s / base.tokens_per_s if base.tokens_per_s and eagle.tokens_per_s else 0.0
+def stats_html(base: RunStats, eagle: RunStats, badge: str = "", compare: RunStats | None = None,
+               compare_label: str = "") -> str:
+    """Side-by-side table of request statistics (metric names as in docs/ARCHITECTURE.md §4): baseline, the
+    token-level lane when one races (`compare`, titled `compare_label`), and EAGLE-2. The headline is EAGLE-2's
+    speedup over the baseline; a third lane adds its own speedup and EAGLE-2's over it."""
+
+    def speed(a: RunStats, b: RunStats) -> float:
+        return a.tokens_per_s / b.tokens_per_s if a.tokens_per_s and b.tokens_per_s else 0.0
 
     def ms(x: float) -> str:
         return f"{x * 1000:.0f} ms" if x < 1 else f"{x:.2f} s"
 
+    def drafted(st: RunStats) -> str:
+        return f"{st.accept_rate:.1%} ({st.accepted_drafts} of {st.drafted_tokens} drafted)"
+
+    lanes = [base] + ([compare] if compare is not None else []) + [eagle]
     rows = [
-        ("new tokens", str(base.new_tokens), str(eagle.new_tokens)),
-        ("tokens / s", f"{base.tokens_per_s:.1f}", f"{eagle.tokens_per_s:.1f}"),
-        ("compute time", ms(base.seconds), ms(eagle.seconds)),
-        ("time to first token", ms(base.ttft_s), ms(eagle.ttft_s)),
-        ("target forward passes", str(base.target_forwards), str(eagle.target_forwards)),
-        ("τ (tokens per target forward)", f"{base.tau:.2f}", f"{eagle.tau:.2f}"),
-        ("draft / verify / other time", f"– / {ms(base.verify_s)} / {ms(base.other_s)}",
-         f"{ms(eagle.draft_s)} / {ms(eagle.verify_s)} / {ms(eagle.other_s)}"),
-        ("draft acceptance", "–",
-         f"{eagle.accept_rate:.1%} ({eagle.accepted_drafts} of {eagle.drafted_tokens} drafted)"),
+        ("new tokens", [str(s.new_tokens) for s in lanes]),
+        ("tokens / s", [f"{s.tokens_per_s:.1f}" for s in lanes]),
+        ("compute time", [ms(s.seconds) for s in lanes]),
+        ("time to first token", [ms(s.ttft_s) for s in lanes]),
+        ("target forward passes", [str(s.target_forwards) for s in lanes]),
+        ("τ (tokens per target forward)", [f"{s.tau:.2f}" for s in lanes]),
+        ("draft / verify / other time", [f"– / {ms(base.verify_s)} / {ms(base.other_s)}"]
+         + [f"{ms(s.draft_s)} / {ms(s.verify_s)} / {ms(s.other_s)}" for s in lanes[1:]]),
+        ("draft acceptance", ["–"] + [drafted(s) for s in lanes[1:]]),
     ]
-    body = "".join(f"<tr><th>{_esc(a)}</th><td>{_esc(b)}</td><td>{_esc(c)}</td></tr>" for a, b, c in rows)
+    body = "".join(f"<tr><th>{_esc(a)}</th>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>"
+                   for a, cells in rows)
+    speedup = speed(eagle, base)
+    extra = ""
+    if compare is not None and speed(compare, base):
+        extra = (f'<span class="speedup compare-speedup">{_esc(compare_label)} {speed(compare, base):.2f}×</span>'
+                 f'<span class="speedup vs-compare">EAGLE-2 vs {_esc(compare_label)} {speed(eagle, compare):.2f}×'
+                 "</span>")
     head = (
         f'<div class="stats-head"><span class="speedup{" slower" if speedup < 1 else ""}">{speedup:.2f}× speedup'
-        f"</span>{badge}</div>"
+        f"</span>{extra}{badge}</div>"
         if speedup
         else f'<div class="stats-head">{badge}</div>'
     )
+    titles = ["Baseline"] + ([compare_label] if compare is not None else []) + ["EAGLE-2"]
     return (
         head
-        + '<table class="stats-table"><thead><tr><th></th><th>Baseline</th><th>EAGLE-2</th></tr></thead>'
-        + f"<tbody>{body}</tbody></table>"
+        + f'<table class="stats-table{" lanes-3" if compare is not None else ""}"><thead><tr><th></th>'
+        + "".join(f"<th>{_esc(t)}</th>" for t in titles)
+        + f"</tr></thead><tbody>{body}</tbody></table>"
         + '<div class="stats-note">Times are compute time measured inside the engine (UI work excluded). '
         "Acceptance rate counts every drafted tree node, so tree rates look low; τ counts the bonus token.</div>"
     )

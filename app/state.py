@@ -27,13 +27,14 @@ class PackedTree:
     sources: bytes  # index into SOURCES per node
     accepted_path: tuple[int, ...]
     new_token_ids: tuple[int, ...]
+    method: str = "eagle2"
 
     @classmethod
     def pack(cls, ev: StepEvent) -> "PackedTree":
         nodes = ev.tree
         return cls(ev.step, array("i", (n.parent for n in nodes)), array("i", (n.token_id for n in nodes)),
                    array("f", (n.score for n in nodes)), bytes(SOURCES.index(n.source) for n in nodes),
-                   tuple(ev.accepted_path), tuple(ev.new_token_ids))
+                   tuple(ev.accepted_path), tuple(ev.new_token_ids), ev.method)
 
     def unpack(self) -> StepEvent:
         """The StepEvent tree_figure draws (timings are not kept: the slider shows trees, not times)."""
@@ -43,13 +44,13 @@ class PackedTree:
         path = set(self.accepted_path)
         nodes = tuple(TreeNode(i, p, t, d, float(s), i in path, SOURCES[src]) for i, (p, t, d, s, src)
                       in enumerate(zip(self.parents, self.tokens, depth, self.scores, self.sources)))
-        return StepEvent(self.step, "eagle2", self.new_token_ids, nodes, self.accepted_path)
+        return StepEvent(self.step, self.method, self.new_token_ids, nodes, self.accepted_path)
 
 
 @dataclass
 class RunRecord:
-    """One request: its inputs and every step event of both methods, so a stopped or finished run can be re-shown
-    and its draft trees scrubbed through."""
+    """One request: its inputs and every step event of each lane (plain decoding, EAGLE-2, and the token-level
+    drafter when one was asked for), so a stopped or finished run can be re-shown and its draft trees scrubbed."""
 
     prompt: str = ""
     prompt_ids: list[int] = field(default_factory=list)
@@ -57,10 +58,22 @@ class RunRecord:
     tree_depth: int = 0
     baseline: list[StepEvent] = field(default_factory=list)
     eagle: list[StepEvent] = field(default_factory=list)
+    compare: list[StepEvent] = field(default_factory=list)  # the token-level lane (three-lane view only)
+    compare_kind: str = "none"  # "none" | "medusa" | "lookup" (app/inputs.py COMPARE)
     model: str = ""  # target name, for the per-request log line
     stop: bool = False  # set by the Stop button; the running request reads it between decode steps
     note: str = ""  # why the run stopped early (the time budget), shown to the user
     trees: list[PackedTree] = field(default_factory=list)  # only in a compact record
+    compare_trees: list[PackedTree] = field(default_factory=list)  # only in a compact record
+
+    @property
+    def lanes(self) -> tuple[str, ...]:
+        """The lanes this request races, in panel order."""
+        return ("baseline", "eagle") if self.compare_kind == "none" else ("baseline", "compare", "eagle")
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return tuple({"baseline": "baseline", "eagle": "eagle2", "compare": self.compare_kind}[s] for s in self.lanes)
 
     def ids(self, side: str) -> list[int]:
         return [t for e in getattr(self, side) for t in e.new_token_ids]
@@ -69,25 +82,38 @@ class RunRecord:
         events = getattr(self, side)
         return bool(events) and events[-1].finished
 
+    def _packed(self, lane: str) -> list[PackedTree]:
+        return self.compare_trees if lane == "compare" else self.trees
+
+    def lane_tree_steps(self, lane: str = "eagle") -> list[StepEvent]:
+        """A drafting lane's steps that verified a draft tree (the prefill step has none)."""
+        if self._packed(lane):
+            return [t.unpack() for t in self._packed(lane)]
+        return [e for e in getattr(self, lane) if e.tree]
+
     @property
     def tree_steps(self) -> list[StepEvent]:
-        """EAGLE-2 steps that verified a draft tree (the prefill step has none)."""
-        if self.trees:
-            return [t.unpack() for t in self.trees]
-        return [e for e in self.eagle if e.tree]
+        return self.lane_tree_steps("eagle")
+
+    def lane_tree_count(self, lane: str = "eagle") -> int:
+        packed = self._packed(lane)
+        return len(packed) if packed else sum(1 for e in getattr(self, lane) if e.tree)
 
     @property
     def tree_count(self) -> int:
-        return len(self.trees) if self.trees else sum(1 for e in self.eagle if e.tree)
+        return self.lane_tree_count("eagle")
 
-    def tree_step(self, i: int) -> StepEvent:
+    def tree_step(self, i: int, lane: str = "eagle") -> StepEvent:
         """The i-th (0-based) verify step's tree, unpacking only that one from a compact record."""
-        return self.trees[i].unpack() if self.trees else self.tree_steps[i]
+        packed = self._packed(lane)
+        return packed[i].unpack() if packed else self.lane_tree_steps(lane)[i]
 
     def compact(self) -> "RunRecord":
         """A new record with what the UI needs after the run (the step slider's trees); the live one is untouched."""
         return RunRecord(greedy=self.greedy, tree_depth=self.tree_depth, model=self.model, stop=True,
-                         note=self.note, trees=[PackedTree.pack(e) for e in self.eagle if e.tree])
+                         note=self.note, trees=[PackedTree.pack(e) for e in self.eagle if e.tree],
+                         compare_kind=self.compare_kind,
+                         compare_trees=[PackedTree.pack(e) for e in self.compare if e.tree])
 
 
 def drop_record(record: RunRecord | None) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from app.handlers import MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, Limits, Playground
+from app.handlers import COMPARE, LANE_TITLES, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, OUTPUTS, Limits, Playground
 from app.plots import stats_figure, tree_figure
 from app.state import drop_record
 from core.autotree import TreePlan
@@ -61,18 +61,20 @@ def serve(demo: gr.Blocks, host: str | None, port: int | None, share: bool) -> s
 def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str] | None = None,
                text_every: float = 0.1, plot_every: float = 0.5, max_new_tokens: int = MAX_NEW_TOKENS,
                max_prompt_tokens: int = MAX_PROMPT_TOKENS, tree: TreePlan | TreeConfig | None = None,
-               prompt_mode: str = "auto", system: str | None = None, limits: Limits | None = None) -> gr.Blocks:
+               prompt_mode: str = "auto", system: str | None = None, limits: Limits | None = None,
+               compare: dict | None = None) -> gr.Blocks:
     """Blocks wired to the given tokenizer and decoders; `info` is one markdown line (model, head, device).
     prompt_mode 'auto' wraps prompts in the chat template when the tokenizer has one ('chat'), else 'raw'.
     `limits` bounds every request (sliders and validation alike); max_new_tokens / max_prompt_tokens override it.
     `tree`: a TreePlan (app.py --tree auto plans one tree for greedy and one for sampled runs), one TreeConfig for
     both, or None for the engine default. The tree sliders show the plan for the temperature chosen until the user
-    moves one of them; /run fills left-out tree settings the same way."""
+    moves one of them; /run fills left-out tree settings the same way. `compare`: token-level decoders by COMPARE
+    key ("medusa", "lookup"; app/startup.py compare_decoders) offered as a third lane; two lanes stay the default."""
     trees = TreePlan.fixed(tree, "given") if isinstance(tree, TreeConfig) else tree  # None: Playground's default
     pg = Playground(tokenizer, baseline, eagle, text_every=text_every, plot_every=plot_every,
                     charts_every=max(2.0, 4 * plot_every), max_new_tokens=max_new_tokens,
                     max_prompt_tokens=max_prompt_tokens, prompt_mode=prompt_mode, system=system, limits=limits,
-                    trees=trees)
+                    trees=trees, compare=compare)
     lim = pg.limits
     tree_defaults = pg.trees.greedy  # the temperature slider starts at 0 (greedy)
     examples = load_examples() if examples is None else examples
@@ -98,6 +100,10 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
             with gr.Column(scale=1, min_width=150):
                 run = gr.Button("Run ▶", variant="primary", elem_id="run")
                 stop = gr.Button("Stop ■", variant="stop", elem_id="stop")
+        lanes = ["none"] + [k for k in COMPARE if k in pg.compare]
+        race_with = gr.Radio([(COMPARE[k], k) for k in lanes], value="none", label="Race against",
+                             info="add a token-level drafter as a third lane: same tree budget, same verification",
+                             elem_id="compare-choice", visible=len(lanes) > 1)
         if examples:
             gr.Examples(examples=[[e] for e in examples], inputs=[prompt], label="Example prompts",
                         examples_per_page=12)
@@ -128,8 +134,12 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
                 gr.Markdown("### Baseline · plain decoding", elem_classes=["panel-title"])
                 base_out = gr.HTML(PLACEHOLDER, elem_id="baseline-output", elem_classes=["gen-panel"],
                                    js_on_load=None)
+            with gr.Column(elem_classes=["panel"], visible=False) as compare_col:
+                compare_title = gr.Markdown("### Token-level drafter", elem_classes=["panel-title"])
+                compare_out = gr.HTML(PLACEHOLDER, elem_id="compare-output", elem_classes=["gen-panel"],
+                                      js_on_load=None)
             with gr.Column(elem_classes=["panel"]):
-                gr.Markdown("### EAGLE-2 · speculative decoding", elem_classes=["panel-title"])
+                gr.Markdown("### EAGLE-2 · speculative decoding (feature-level)", elem_classes=["panel-title"])
                 eagle_out = gr.HTML(PLACEHOLDER, elem_id="eagle-output", elem_classes=["gen-panel"],
                                     js_on_load=None)
         with gr.Row():
@@ -138,7 +148,11 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
                                 js_on_load=None)
             with gr.Column(scale=5):
                 charts = gr.Plot(stats_figure(None, None), show_label=False, elem_id="stats-charts")
-        tree = gr.Plot(tree_figure(None, pg.label), show_label=False, elem_id="draft-tree")
+        with gr.Row():
+            with gr.Column(visible=False, min_width=300) as compare_tree_col:
+                compare_tree = gr.Plot(tree_figure(None, pg.label), show_label=False, elem_id="compare-tree")
+            with gr.Column(min_width=300):
+                tree = gr.Plot(tree_figure(None, pg.label), show_label=False, elem_id="draft-tree")
         step = gr.Slider(0, 1, value=0, step=1, interactive=False, elem_id="step-slider",
                          label="Draft tree of verify step (scrub after the run)")
         with gr.Accordion("How it works", open=False, elem_id="how-it-works"):
@@ -148,16 +162,27 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
         tree_touched = gr.State(False, time_to_live=STATE_TTL_S)
 
         # ------------------------------------------------------------------------------------ listeners
-        inputs = [prompt, max_new, temperature, top_p, seed, total_tokens, depth, top_k, lookup]
-        outputs = [base_out, eagle_out, stats, charts, tree, step, state]
+        inputs = [prompt, max_new, temperature, top_p, seed, total_tokens, depth, top_k, lookup, race_with]  # RunSettings
+        by_id = {"baseline-output": base_out, "compare-output": compare_out, "eagle-output": eagle_out, "stats": stats,
+                 "stats-charts": charts, "draft-tree": tree, "compare-tree": compare_tree, "step-slider": step,
+                 "state": state}
+        outputs = [by_id[k] for k in OUTPUTS]  # the handlers return their views in this order
         # preprocess=False: the raw values reach Playground.prepare, the one validation path this event shares
         # with /run (same maxima, same messages; Gradio's own slider checks would answer some bad values with a
         # generic "the app has raised an exception")
         run_event = run.click(pg.stream, inputs, outputs, api_name="stream", api_visibility="undocumented",
                               concurrency_limit=1, concurrency_id="device", show_progress="minimal",
                               show_progress_on=[base_out, eagle_out], preprocess=False)
+
+        def show_lanes(choice):
+            three = choice in pg.compare
+            title = f"### {LANE_TITLES.get(choice, choice)} · speculative decoding (token-level)" if three else ""
+            return gr.Column(visible=three), gr.Column(visible=three), gr.Markdown(title)
+
+        race_with.change(show_lanes, [race_with], [compare_col, compare_tree_col, compare_title], queue=False,
+                         api_visibility="private")
         stop.click(pg.finish, [state], outputs, cancels=[run_event], queue=False, api_visibility="private")
-        step.input(pg.show_step, [state, step], [tree], trigger_mode="always_last", show_progress="hidden",
+        step.input(pg.show_step, [state, step], [tree, compare_tree], trigger_mode="always_last", show_progress="hidden",
                    api_visibility="private")
         tree_sliders = [total_tokens, depth, top_k, lookup]
         for slider in tree_sliders:  # .input fires on the user's own moves only, not on the updates below
@@ -165,8 +190,9 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
         temperature.input(pg.planned_tree, [temperature, tree_touched], tree_sliders, queue=False,
                           show_progress="hidden", api_visibility="private")
         gr.api(pg.run, api_name="run", concurrency_limit=1, concurrency_id="device",
-               api_description="Generate the prompt with plain decoding and EAGLE-2; returns both texts, "
-                               "token-identity, per-method statistics and the speedup.")
+               api_description="Generate the prompt with plain decoding and EAGLE-2 (compare='medusa' or 'lookup' "
+                               "adds a token-level drafter as a third lane); returns the texts, token-identity, "
+                               "per-method statistics and the speedups.")
     # a full queue answers "Queue is full" (HTTP 503; gradio_client raises QueueError) instead of growing forever
     demo.queue(default_concurrency_limit=1, max_size=lim.queue)
     pg.queue = getattr(demo, "_queue", None)  # lets a running request notice that its client has gone

@@ -16,6 +16,7 @@ from core.models import DEFAULT_MODEL, TargetModel, load_target
 
 HEADS_DIR = Path(__file__).resolve().parent.parent / "static" / "heads"
 DEFAULT_HEAD_DIR = HEADS_DIR / "gemma-3-270m"
+DEFAULT_MEDUSA_DIR = HEADS_DIR / "gemma-3-270m-medusa"  # the token-level head trained on the same data (the race)
 
 
 def default_head(model: str | None) -> Path | None:
@@ -28,6 +29,13 @@ def default_head(model: str | None) -> Path | None:
     preset = get_preset(model)
     path = preset.head_path() if preset is not None else None
     return Path(path) if path else None
+
+
+def default_medusa_head(model: str | None) -> Path | None:
+    """The shipped Medusa head for the default model, if that folder holds one (other models: none shipped)."""
+    if (not model or model == DEFAULT_MODEL) and (DEFAULT_MEDUSA_DIR / "config.json").exists():
+        return DEFAULT_MEDUSA_DIR
+    return None
 
 
 def check_head_path(head: str | Path) -> Path:

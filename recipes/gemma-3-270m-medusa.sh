@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARDS=${SHARDS:-30}
-EPOCHS=${EPOCHS:-3}
+EPOCHS=${EPOCHS:-2}
 DATA=runs/same-data
 python -m core.train --head-type eagle --out "$DATA" --data-only \
   --n-prompts 4000 --n-text 400 --max-shards "$SHARDS" --batch 48 --max-prompt 320 --new-tokens 144 \

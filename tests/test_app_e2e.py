@@ -15,6 +15,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from gradio_client import Client  # noqa: E402
 
+from app.handlers import OUTPUTS  # noqa: E402
 from app.ui import build_demo, launch_options  # noqa: E402
 from fakes import tiny_stack  # noqa: E402
 
@@ -67,13 +68,14 @@ def test_run_endpoint_rejects_bad_input_and_keeps_serving(server):
 
 def test_streaming_event_through_the_server(server):
     _, client, _ = server
-    job = client.submit(PROMPT, 16, 0.0, 1.0, 0, 24, 6, 6, 10, api_name="/stream")
+    job = client.submit(PROMPT, 16, 0.0, 1.0, 0, 24, 6, 6, 10, "none", api_name="/stream")
     deadline = time.time() + 60
     while not job.done() and time.time() < deadline:
         time.sleep(0.05)
     outs = job.outputs()
     assert len(outs) >= 2
-    base, eagle, stats, charts, tree, slider = outs[-1]
+    v = dict(zip([k for k in OUTPUTS if k != "state"], outs[-1]))  # a client does not see the gr.State
+    base, eagle, stats, tree = v["baseline-output"], v["eagle-output"], v["stats"], v["draft-tree"]
     assert 'class="tok d0"' in eagle and "done" in base and "token-identical" in stats
     assert tree["type"] == "plotly" and "accepted" in tree["plot"]
 

@@ -56,6 +56,23 @@ def url(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def three_url(tmp_path_factory):
+    """The tiny stack with both token-level lanes: an (untrained) Medusa head and prompt lookup."""
+    from conftest import tiny_drafter
+
+    from core.eagle import Eagle2Decoder
+
+    tok, baseline, eagle = tiny_stack()
+    t = baseline.target
+    compare = {"medusa": Eagle2Decoder(t, tiny_drafter("medusa", t, seed=2)),
+               "lookup": Eagle2Decoder(t, tiny_drafter("lookup", t))}
+    demo = build_demo(tok, baseline, eagle, info="Target **tiny-llama** (three lanes)", compare=compare)
+    _, local_url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **launch_options())
+    yield local_url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
 def slow_url():
     """The tiny model paced to ~25 steps/s per side, so Stop lands mid-run."""
     tok, baseline, eagle = tiny_stack()
@@ -168,3 +185,31 @@ def test_queue_position_then_stop_keeps_partial_results(browser, slow_url):
     finally:
         ctx_a.close()
         ctx_b.close()
+
+
+def test_three_lane_view(browser, three_url):
+    """Two lanes by default; choosing a token-level drafter shows a third lane between them that races with the
+    same tree budget, coloured by depth, with its own draft tree and statistics column."""
+    ctx, page = open_page(browser, three_url)
+    try:
+        assert page.locator("#baseline-output").is_visible() and page.locator("#eagle-output").is_visible()
+        assert not page.locator("#compare-output").is_visible()  # two lanes stay the default view
+        page.click("#compare-choice label:has-text('Medusa')")
+        page.wait_for_selector("#compare-output", state="visible")
+        page.fill("#prompt textarea", PROMPT)
+        set_max_new_tokens(page, 32)
+        page.click("#run")
+        page.wait_for_selector("#stats .badge.good")
+        page.wait_for_function("() => document.querySelector('#compare-output').innerText.includes('done')")
+        for lane in ("baseline", "compare", "eagle"):
+            assert "32 tokens" in page.inner_text(f"#{lane}-output .panel-meta")
+        assert page.locator("#compare-output .gen-text span.tok.d0").count() >= 1
+        head = page.inner_text("#stats table thead")
+        assert "Baseline" in head and "Medusa" in head and "EAGLE-2" in head
+        assert "EAGLE-2 vs Medusa" in page.inner_text("#stats .stats-head")
+        page.wait_for_selector("#compare-tree .js-plotly-plot .scatterlayer .trace")
+        page.wait_for_selector("#draft-tree .js-plotly-plot .scatterlayer .trace")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "browser_three_lanes.png"), full_page=True)
+    finally:
+        ctx.close()

@@ -81,7 +81,7 @@ def test_sampled_eagle2_on_cuda_matches_the_target_distribution():
 
 def test_app_handler_on_cuda():
     """Playground.run and the streaming handler on a GPU target: greedy identical, sampled complete and seeded."""
-    from app.handlers import Playground
+    from app.handlers import OUTPUTS, Playground
     from fakes import tiny_tokenizer
 
     tok = tiny_tokenizer()
@@ -94,4 +94,4 @@ def test_app_handler_on_cuda():
     assert s1["greedy"] is False and s1["eagle_token_ids"] == s2["eagle_token_ids"]
     assert len(s1["baseline_token_ids"]) == 16
     views = list(pg.stream("Once upon a time", 16, 0.0, 1.0, 0, 16, 6, 6, 10))
-    assert "token-identical" in views[-1][2]
+    assert "token-identical" in views[-1][OUTPUTS.index("stats")]

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from app.handlers import OUTPUTS, Playground, make_config, race
+from app.handlers import OUTPUTS, Playground, RunSettings, make_config, race
 from app.state import RunRecord
 from core.config import TreeConfig
 from core.events import StepEvent
@@ -42,7 +42,10 @@ def test_stream_yields_every_output_and_ends_with_full_results():
     pg, b, e = make()
     outs = list(pg.stream("Say: ", *ARGS))
     assert all(o is gr.skip() or (isinstance(o, tuple) and len(o) == len(OUTPUTS)) for o in outs)
-    base, eagle, stats, charts, tree, slider, record = outs[-1]
+    v = dict(zip(OUTPUTS, outs[-1]))
+    base, eagle, stats, charts, tree, slider, record = (v[k] for k in (
+        "baseline-output", "eagle-output", "stats", "stats-charts", "draft-tree", "step-slider", "state"))
+    assert v["compare-output"] == gr.skip() and v["compare-tree"] == gr.skip()  # two lanes: the third is untouched
     assert "Hello world!" in base and "done" in base
     assert eagle.count('class="tok d0"') >= 5 and 'class="tok d3"' in eagle
     assert "token-identical" in stats and "speedup" in stats
@@ -68,7 +71,8 @@ def test_stop_button_stops_both_decoders_after_the_current_step():
     outs = [next(gen) for _ in range(4)]  # first view + 3 steps
     record = outs[0][-1]
     produced = b.yielded + e.yielded
-    base, eagle, stats, *_ = pg.finish(record)  # what the Stop button runs (it also cancels the event)
+    v = dict(zip(OUTPUTS, pg.finish(record)))
+    base, eagle, stats = v["baseline-output"], v["eagle-output"], v["stats"]  # what the Stop button runs (it also cancels the event)
     assert record.stop and "stopped" in base and "stopped" in eagle
     rest = list(gen)  # the running handler notices the flag and ends with a final view
     assert b.yielded + e.yielded == produced  # no decoder produced another step
@@ -104,7 +108,8 @@ def test_closing_the_stream_stops_both_decoders_and_keeps_partial_results():
     assert b.closed and e.closed
     assert b.yielded + e.yielded == 4  # no decoder ran ahead
     record = outs[0][-1]
-    base, eagle, stats, *_ = pg.finish(record)
+    v = dict(zip(OUTPUTS, pg.finish(record)))
+    base, eagle, stats = v["baseline-output"], v["eagle-output"], v["stats"]
     assert "stopped" in base and "stopped" in eagle
     assert "so far" in stats or "token-identical" in stats
 
@@ -119,10 +124,11 @@ def test_show_step_scrubs_every_verify_step():
     record = list(pg.stream("Say: ", *ARGS))[-1][-1]
     assert len(record.tree_steps) == 4
     for i in range(1, 5):
-        fig = pg.show_step(record, i)
+        fig, other = pg.show_step(record, i)
+        assert other == gr.skip()  # two lanes: no token-level tree to scrub
         acc = [t for t in fig.data if t.name == "accepted"][0]
         assert len(acc.text) == len(record.tree_steps[i - 1].accepted_path)
-    assert pg.show_step(None, 1).layout.annotations
+    assert pg.show_step(None, 1)[0].layout.annotations
 
 
 @pytest.mark.parametrize("prompt,args,msg", [
@@ -222,7 +228,7 @@ def test_zero_gpu_wraps_the_device_work_with_a_duration(monkeypatch):
         def wrap(fn):
             def inner(*args):
                 seen["duration"] = duration(*args)
-                seen["stop"] = args[2]
+                seen["stop"] = args[4]  # (prompt_ids, cfg, lanes, compare, should_stop)
                 return fn(*args)
             return inner
         return wrap
@@ -270,7 +276,7 @@ def test_chat_mode_wraps_the_prompt_and_the_ui_says_so():
     chat = Playground(tok, baseline, eagle, system="Be brief.")
     assert chat.mode == "chat"
     assert chat.encode("the fox") == list(tok.encode("[system]Be brief.[user]the fox[assistant]"))
-    record, _ = chat.prepare("the fox", 4, 0.0, 1.0, 0, 4, 2, 2)
+    record, _ = chat.prepare(RunSettings("the fox", 4, 0.0, 1.0, 0, 4, 2, 2))
     assert record.prompt_ids == chat.encode("the fox")
     assert Playground(tok, baseline, eagle, prompt_mode="raw").encode("the fox") == list(tok.encode("the fox"))
     for mode, words in (("auto", "user turn of the model's chat template"), ("raw", "raw text")):
@@ -315,3 +321,55 @@ def test_identical_greedy_run_keeps_the_plain_badge_and_no_divergence():
     assert pg.run("Say: ", 64)["divergence"] is None
     stats = list(pg.stream("Say: ", *ARGS))[-1][OUTPUTS.index("stats")]
     assert "token-identical" in stats and "near tie" not in stats
+
+
+def three_lane_playground(**kw):
+    """The tiny real stack with both token-level lanes (an untrained Medusa head, prompt lookup) beside EAGLE-2."""
+    from conftest import tiny_drafter
+    from fakes import tiny_stack
+
+    from core.eagle import Eagle2Decoder
+
+    tok, baseline, eagle = tiny_stack()
+    t = baseline.target
+    compare = {"medusa": Eagle2Decoder(t, tiny_drafter("medusa", t, seed=2)),
+               "lookup": Eagle2Decoder(t, tiny_drafter("lookup", t))}
+    return Playground(tok, baseline, eagle, compare=compare, **kw)
+
+
+@pytest.mark.parametrize("lane", ["medusa", "lookup"])
+def test_three_lanes_race_and_render(lane):
+    """compare=<token-level drafter>: a third lane races in the same compute-time order, is coloured by depth like
+    EAGLE-2's, gets its own tree and its own statistics column, and decodes the same tokens at T=0."""
+    pg = three_lane_playground(text_every=0.0, plot_every=0.0)
+    outs = list(pg.stream("Once upon a time", 24, 0.0, 1.0, 0, 12, 4, 3, 6, lane))
+    v = dict(zip(OUTPUTS, outs[-1]))
+    assert 'class="tok d0"' in v["compare-output"] and "done" in v["compare-output"]
+    table = v["stats"]
+    head = table.split("<thead>")[1].split("</thead>")[0]
+    assert head.count("<th>") == 4 and ("Medusa" if lane == "medusa" else "Prompt lookup") in head
+    assert "EAGLE-2 vs" in table and "token-identical" in table
+    assert isinstance(v["compare-tree"], go.Figure) and isinstance(v["draft-tree"], go.Figure)
+    names = {t.name for t in v["stats-charts"].data}
+    assert {"EAGLE-2", "Medusa" if lane == "medusa" else "Prompt lookup"} <= names  # both lanes' acceptance
+    record = v["state"]
+    assert record.compare_kind == lane and record.lanes == ("baseline", "compare", "eagle")
+    if lane == "medusa":  # a head that drafts: its trees are kept for the step slider too
+        assert record.lane_tree_count("compare") > 0
+        fig, other = pg.show_step(record, 1)
+        assert other.layout.title.text.startswith("Medusa step 1 of")
+    live = outs[0][-1]
+    assert live.ids("compare") == live.ids("baseline") == live.ids("eagle")
+
+
+def test_run_returns_every_lane():
+    pg = three_lane_playground()
+    out = pg.run("Once upon a time", 16, compare="medusa")
+    assert out["lanes"] == ["baseline", "medusa", "eagle2"] and out["compare_method"] == "medusa"
+    assert out["compare_identical"] and out["identical"]
+    assert out["compare_token_ids"] == out["baseline_token_ids"] and out["compare"]["new_tokens"] == 16
+    assert out["compare_speedup"] > 0 and out["eagle_vs_compare"] > 0
+    two = pg.run("Once upon a time", 8)
+    assert two["lanes"] == ["baseline", "eagle2"] and "compare_text" not in two
+    with pytest.raises(gr.Error, match="compare must be one of"):
+        pg.run("Once upon a time", 8, compare="medusa-2")

@@ -1,0 +1,52 @@
+"""Start-up helpers of the app: the tree plan (`--tree`), the token-level lanes, and the warm-up.
+
+No layout and no per-request work here; app.py calls these once before serving.
+"""
+import logging
+from pathlib import Path
+
+from core.autotree import TreePlan
+from core.config import DecodeConfig, TreeConfig
+
+from app.inputs import DEFAULT_TREE
+
+
+def auto_or_parse(spec: str | None, eagle, tokenizer) -> TreePlan:
+    """--tree: None keeps the engine default; 'T,D,K[,L]' is used for every request; 'auto' measures this machine
+    once and plans one tree for greedy requests and one for sampled ones (core/autotree.py)."""
+    if not spec:
+        return TreePlan.fixed(DEFAULT_TREE, "engine default")
+    if spec != "auto":
+        return TreePlan.fixed(TreeConfig.parse(spec), "given")
+    from core.autotree import plan_regimes
+
+    plan, reports = plan_regimes(eagle, tokenizer("The history of the printing press").input_ids, max_new_tokens=48)
+    logging.getLogger("eagle_playground").info(
+        "auto tree: greedy %s, sampled %s (verify ms by tree size %s)", plan.greedy, plan.sampled,
+        {n: round(v, 1) for n, v in reports["greedy"].verify_ms.items()})
+    return plan
+
+
+def compare_decoders(target, medusa_head: str | Path | None = None, model: str | None = None) -> dict:
+    """The token-level lanes the UI offers beside EAGLE-2: prompt lookup always (no weights), and a Medusa head when
+    a folder is given or shipped for the default model (static/heads/gemma-3-270m-medusa)."""
+    from core.drafter import LookupDrafter
+    from core.eagle import Eagle2Decoder
+    from core.heads import make_drafter
+    from core.pipeline import default_medusa_head, read_head
+
+    lanes = {"lookup": Eagle2Decoder(target, LookupDrafter())}  # method "lookup"
+    path = medusa_head or default_medusa_head(model)
+    if path:
+        lanes["medusa"] = Eagle2Decoder(target, make_drafter(read_head(path, target), target))
+    return lanes
+
+
+def warm_up(tokenizer, baseline, eagle, *more, tokens: int = 8) -> None:
+    """One short greedy generation per decoder (`more`: the token-level lanes) so the first user's timings exclude
+    one-off start-up costs."""
+    ids = list(tokenizer.encode("The quick brown fox"))
+    cfg = DecodeConfig(max_new_tokens=tokens)
+    for dec in (baseline, eagle, *more):
+        for _ in dec.generate(ids, cfg, None):
+            pass
