@@ -2,8 +2,8 @@
 
 python -m core.bench --questions FILE.jsonl [--categories a,b] [--limit N] [--per-category N [--file-categories]]
     --max-new-tokens M
-    --methods hf,hf-pld,baseline,eagle2[,eagle2-head,eagle2-chain,lookup] [--temperature T] [--model M --head H]
-    [--tree auto|T,D,K[,L]] [--head-tree T,D,K] [--head-b H2]
+    --methods hf,hf-pld,baseline,eagle2[,eagle2-head,eagle2-chain,lookup,medusa] [--temperature T] [--model M --head H]
+    [--tree auto|T,D,K[,L]] [--head-tree T,D,K] [--head-b H2] [--medusa-head M]
     [--dtype fp32|bf16] [--device D] [--threads N] [--raw] --json OUT [--html OUT] [--seed S]
 
 Protocol (docs/ARCHITECTURE.md §5): batch 1, the first turn of each question as the prompt, one uncounted warm-up
@@ -26,11 +26,12 @@ prompt lookup, next to transformers' hf-pld). eagle2-head-b / eagle2-chain-b = e
 head given by --head-b, so two heads (e.g. EAGLE-3 and EAGLE-1/2 trained on the same data) race in one run.
 eagle2-greedy-tree = eagle2 with the tree `auto` plans from a greedy calibration, for sampled runs: next to eagle2
 (whose `auto` calibrates at the run's own temperature) it shows what planning per sampling regime buys.
+medusa = the Medusa head (--medusa-head, or the one shipped for the default model) through the same loop with
+eagle2-head's tree (token-level drafting at the same budget as the feature-level head alone).
 """
 from __future__ import annotations
 
 import argparse
-import copy
 import datetime
 import json
 import os
@@ -38,7 +39,6 @@ import platform
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -49,22 +49,20 @@ from core.bench_report import (  # noqa: F401  (re-exported: the pure arithmetic
 from core import pipeline
 from core.autotree import choose_tree
 from core.config import DecodeConfig, SamplingConfig, TreeConfig
-from core.events import RunStats, summarize
-from core.exactness import classify, first_difference, top2
-from core.models import TargetModel
+
+from core.exactness import classify, first_difference
 from core.timing import now
-from core.train.evaluate import spec_bench_category
+from core.bench_questions import BenchError, read_questions, select_questions  # noqa: F401  (re-exported)
+from core.bench_runners import (  # noqa: F401  (re-exported: tests and scripts import them from here)
+    PLD_TOKENS, Digest, Outcome, Runner, Scorer, chain_tree, core_runner, hf_generation_config, hf_runner, hf_scorer,
+    make_runners, make_scorers, timed, trim_at_eos,
+)
 
 METHODS = ("hf", "hf-pld", "baseline", "eagle2", "eagle2-head", "eagle2-chain", "lookup", "eagle2-head-b",
-           "eagle2-chain-b", "eagle2-greedy-tree")
+           "eagle2-chain-b", "eagle2-greedy-tree", "medusa")
 EAGLE_METHODS = ("eagle2", "eagle2-head", "eagle2-chain", "lookup", "eagle2-head-b", "eagle2-chain-b",
-                 "eagle2-greedy-tree")
+                 "eagle2-greedy-tree", "medusa")  # methods run by our EAGLE-2 loop (tree statistics per row)
 B_METHODS = ("eagle2-head-b", "eagle2-chain-b")  # the same variants with --head-b (two heads, one interleaved run)
-PLD_TOKENS = 10  # prompt_lookup_num_tokens, as in Spec-Bench's PLD runs
-
-
-class BenchError(Exception):
-    """A user error: reported as one line on stderr, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -86,10 +84,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default=None, help="target model name, folder or hub id (default gemma-3-270m)")
     p.add_argument("--head", default=None, help="EAGLE head folder (default: the pipeline's default head)")
     p.add_argument("--head-b", default=None, help="a second head folder for eagle2-head-b / eagle2-chain-b")
+    p.add_argument("--medusa-head", default=None,
+                   help="Medusa head folder for the method medusa (default: the one shipped for the default model)")
     p.add_argument("--tree", default="auto",
                    help="'auto' or total_tokens,depth,top_k[,lookup] (e.g. 24,6,6 or 24,6,6,0)")
     p.add_argument("--head-tree", default=None,
-                   help="total_tokens,depth,top_k for the head-alone methods (eagle2-head, eagle2-head-b; lookup "
+                   help="total_tokens,depth,top_k for the head-alone methods (eagle2-head, eagle2-head-b, medusa; lookup "
                         "is always 0 there), so eagle2 can run at 'auto' while the heads are compared at a fixed "
                         "tree (default: the run's tree)")
     p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 (default: the loader's choice)")
@@ -128,6 +128,10 @@ def validate(a: argparse.Namespace) -> Plan:
         raise BenchError("--head-b and the methods eagle2-head-b / eagle2-chain-b go together")
     if getattr(a, "head_b", None):
         pipeline.check_head_path(a.head_b)
+    if getattr(a, "medusa_head", None):
+        pipeline.check_head_path(a.medusa_head)
+    if "medusa" in methods and not (getattr(a, "medusa_head", None) or pipeline.default_medusa_head(a.model)):
+        raise BenchError("method medusa needs --medusa-head (no Medusa head is shipped for this model)")
     if a.per_category < 0 or a.limit < 0 or a.threads < 0:
         raise BenchError("--per-category, --limit and --threads must be >= 0")
     if a.max_new_tokens < 1:
@@ -140,47 +144,6 @@ def validate(a: argparse.Namespace) -> Plan:
     decode = DecodeConfig(max_new_tokens=a.max_new_tokens, sampling=sampling, tree=tree or TreeConfig())
     cats = frozenset(c.strip() for c in a.categories.split(",") if c.strip())
     return Plan(methods, cats, tree, head_tree, decode)
-
-
-# ------------------------------------------------------------------------------------------------ questions
-
-
-def read_questions(path: str) -> list[dict]:
-    """Rows of a Spec-Bench jsonl; each needs question_id, category and a non-empty turns list."""
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-                ok = isinstance(r["turns"], list) and r["turns"] and "question_id" in r and "category" in r
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise BenchError(f"{path}:{n}: not a question row ({e})") from None
-            if not ok:
-                raise BenchError(f"{path}:{n}: needs question_id, category and a non-empty turns list")
-            rows.append(r)
-    return rows
-
-
-def select_questions(rows: list[dict], categories: frozenset[str] = frozenset(), per_category: int = 0,
-                     limit: int = 0, file_categories: bool = False) -> list[dict]:
-    """Filter by category (Spec-Bench's six or a raw name), take the first N per category in file order, then cap.
-    Groups are Spec-Bench's six (MT-bench's eight collapse into mt_bench) unless file_categories keeps the file's."""
-    known = {spec_bench_category(r["category"]) for r in rows} | {r["category"] for r in rows}
-    if categories - known:
-        raise BenchError(f"unknown categories {sorted(categories - known)}; the file has {sorted(known)}")
-    seen: dict[str, int] = {}
-    out = []
-    for r in rows:
-        group = r["category"] if file_categories else spec_bench_category(r["category"])
-        if categories and group not in categories and r["category"] not in categories:
-            continue
-        if per_category and seen.get(group, 0) >= per_category:
-            continue
-        seen[group] = seen.get(group, 0) + 1
-        out.append({**r, "group": group})
-    return out[:limit] if limit else out
 
 
 # ------------------------------------------------------------------------------------------------ loading
@@ -203,159 +166,6 @@ def resolve_tree(given: TreeConfig | None, eagle, prompt_ids: list[int],
     return report.chosen, {"source": "auto: core.autotree.choose_tree on the first prompt, at the run's sampling",
                            "verify_ms": report.verify_ms, "expected_tokens": report.expected_tokens,
                            "draft_ms": report.draft_ms, "calibration": report.calibration}
-
-
-# ------------------------------------------------------------------------------------------------ runners
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One method on one prompt."""
-
-    tokens: tuple[int, ...]
-    seconds: float
-    target_forwards: int | None
-    stats: RunStats | None = None  # our decoders only
-    margins: tuple[float, ...] = ()  # per token: top-1 minus top-2 logit (core/exactness.py); hf: filled on demand
-    top_logits: tuple[float, ...] = ()
-
-
-Runner = Callable[[list[int], int], object]  # (prompt ids, seed) -> raw output, timed as a whole
-Digest = Callable[[object, float], Outcome]  # (raw output, seconds) -> Outcome, outside the timed region
-Scorer = Callable[[list[int], tuple[int, ...]], tuple[list[float], list[float]]]  # (prompt, tokens) -> margins, top-1
-
-
-def hf_generation_config(target: TargetModel, tok, cfg: DecodeConfig, pld: bool):
-    """An explicit, neutral GenerationConfig matching our SamplingConfig (no repetition penalty, no model defaults)."""
-    from transformers import GenerationConfig
-
-    s = cfg.sampling
-    eos = sorted(target.eos_ids) or None
-    pad = tok.pad_token_id if tok.pad_token_id is not None else (eos[0] if eos else 0)
-    kw = dict(max_new_tokens=cfg.max_new_tokens, min_length=0, num_beams=1, do_sample=not s.greedy, use_cache=True,
-              eos_token_id=eos, pad_token_id=pad, repetition_penalty=1.0, no_repeat_ngram_size=0,
-              encoder_repetition_penalty=1.0, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0,
-              bad_words_ids=None, suppress_tokens=None, begin_suppress_tokens=None, forced_bos_token_id=None,
-              forced_eos_token_id=None, renormalize_logits=False, remove_invalid_values=False)
-    if not s.greedy:
-        kw.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
-    if pld:
-        kw.update(prompt_lookup_num_tokens=PLD_TOKENS)
-    return GenerationConfig(**kw)
-
-
-def trim_at_eos(tokens: list[int], eos_ids: frozenset[int]) -> tuple[int, ...]:
-    """Tokens up to and including the first EOS (our decoders' stopping rule)."""
-    for i, t in enumerate(tokens):
-        if t in eos_ids:
-            return tuple(tokens[: i + 1])
-    return tuple(tokens)
-
-
-def hf_runner(target: TargetModel, gen_cfg, greedy: bool) -> tuple[Runner, Digest]:
-    """target.model.generate() with a forward hook counting target passes (hf: one per token; PLD: per verify)."""
-    model = target.model
-
-    def run(ids: list[int], seed: int):
-        x = torch.tensor([ids], device=target.device)  # (1, P)
-        count = [0]
-        hook = model.register_forward_hook(lambda *_: count.__setitem__(0, count[0] + 1))
-        try:
-            if not greedy:
-                torch.manual_seed(seed)
-            with torch.inference_mode():
-                out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), generation_config=gen_cfg)
-        finally:
-            hook.remove()
-        return out, len(ids), count[0]
-
-    def digest(raw, seconds: float) -> Outcome:
-        out, n_prompt, forwards = raw
-        return Outcome(trim_at_eos(out[0, n_prompt:].tolist(), target.eos_ids), seconds, forwards)
-
-    return run, digest
-
-
-def hf_scorer(target: TargetModel, gen_cfg) -> Scorer:
-    """generate() again, greedy and untimed, for the timed run's first len(tokens) tokens with output_logits: their
-    top-2 margins and top-1 logits.
-
-    Only called for a row that differs from baseline (see the module docstring); ([], []) if the rerun's tokens are
-    not the timed run's (then the divergence stays unexplained).
-    """
-
-    def score(ids: list[int], tokens: tuple[int, ...]) -> tuple[list[float], list[float]]:
-        cfg = copy.deepcopy(gen_cfg)
-        cfg.update(max_new_tokens=len(tokens), output_logits=True, return_dict_in_generate=True)
-        x = torch.tensor([ids], device=target.device)  # (1, P)
-        with torch.inference_mode():
-            out = target.model.generate(input_ids=x, attention_mask=torch.ones_like(x), generation_config=cfg)
-        if tuple(out.sequences[0, len(ids):].tolist()) != tuple(tokens):
-            return [], []
-        return top2(torch.cat(list(out.logits), dim=0))  # (n, V): one row per generated token, before processors
-
-    return score
-
-
-def core_runner(decoder, cfg: DecodeConfig) -> tuple[Runner, Digest]:
-    """Consume one of our decoders' generators; statistics are computed outside the timed region."""
-
-    def run(ids: list[int], seed: int):
-        c = DecodeConfig(cfg.max_new_tokens, SamplingConfig(**{**asdict(cfg.sampling), "seed": seed}), cfg.tree)
-        return list(decoder.generate(ids, c))
-
-    def digest(events, seconds: float) -> Outcome:
-        st = summarize(events)
-        return Outcome(tuple(t for e in events for t in e.new_token_ids), seconds, st.target_forwards, st,
-                       tuple(m for e in events for m in e.margins), tuple(t for e in events for t in e.top_logits))
-
-    return run, digest
-
-
-def chain_tree(tree: TreeConfig) -> TreeConfig:
-    """`eagle2-chain`: the head as one chain (top-k 1, no lookup), at least as deep as the engine default so n-alpha
-    is measured to depth 5 even when `auto` chose a shallow tree."""
-    depth = max(tree.depth, TreeConfig().depth)
-    return TreeConfig(total_tokens=depth + 1, depth=depth, top_k=1, lookup=0)
-
-
-def make_runners(plan: Plan, target, tok, baseline, eagle, tree: TreeConfig,
-                 eagle_b=None, greedy_tree: TreeConfig | None = None) -> dict[str, tuple[Runner, Digest]]:
-    """Method name -> (timed runner, digest). `eagle_b`: the decoder over --head-b, for the *-b methods;
-    `greedy_tree`: auto's greedy plan, for eagle2-greedy-tree."""
-    cfg = DecodeConfig(plan.decode.max_new_tokens, plan.decode.sampling, tree)
-    variant = {"eagle2-head": replace(plan.head_tree or tree, lookup=0), "eagle2-chain": chain_tree(tree),
-               "lookup": TreeConfig(total_tokens=1, depth=1, top_k=1, lookup=PLD_TOKENS),
-               "eagle2-greedy-tree": greedy_tree or tree}
-    table = {
-        "hf": lambda: hf_runner(target, hf_generation_config(target, tok, cfg, False), cfg.sampling.greedy),
-        "hf-pld": lambda: hf_runner(target, hf_generation_config(target, tok, cfg, True), cfg.sampling.greedy),
-        "baseline": lambda: core_runner(baseline, cfg),
-        "eagle2": lambda: core_runner(eagle, cfg),
-        **{m: (lambda t=t: core_runner(eagle, DecodeConfig(cfg.max_new_tokens, cfg.sampling, t)))
-           for m, t in variant.items()},
-        **{m + "-b": (lambda t=variant[m]: core_runner(eagle_b, DecodeConfig(cfg.max_new_tokens, cfg.sampling, t)))
-           for m in ("eagle2-head", "eagle2-chain")},
-    }
-    return {m: table[m]() for m in plan.methods}
-
-
-def make_scorers(plan: Plan, target, tok, tree: TreeConfig) -> dict[str, Scorer]:
-    """generate() methods -> their on-demand margin scorer (our decoders record margins while decoding)."""
-    cfg = DecodeConfig(plan.decode.max_new_tokens, plan.decode.sampling, tree)
-    return {m: hf_scorer(target, hf_generation_config(target, tok, cfg, m == "hf-pld"))
-            for m in ("hf", "hf-pld") if m in plan.methods}
-
-
-def timed(run: Runner, digest: Digest, ids: list[int], seed: int, device: torch.device) -> Outcome:
-    """Wall-clock one whole generation (synchronized on CUDA), then digest it outside the timed region."""
-    t0 = now(device)
-    raw = run(ids, seed)
-    seconds = now(device) - t0
-    return digest(raw, seconds)
-
-
-# ------------------------------------------------------------------------------------------------ rows
 
 
 def divergence_record(reference: Outcome, o: Outcome, dtype: torch.dtype | str) -> dict:
@@ -507,7 +317,14 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
     greedy_tree, greedy_info = None, None
     if "eagle2-greedy-tree" in plan.methods:
         greedy_tree, greedy_info = resolve_tree(None, eagle, prompts[0], SamplingConfig())
-    runners = make_runners(plan, target, tok, baseline, eagle, tree, eagle_b, greedy_tree)
+    medusa, medusa_path = None, None
+    if "medusa" in plan.methods:
+        from core.eagle import Eagle2Decoder
+        from core.heads import make_drafter
+
+        medusa_path = getattr(a, "medusa_head", None) or pipeline.default_medusa_head(a.model)
+        medusa = Eagle2Decoder(target, make_drafter(pipeline.read_head(medusa_path, target), target))
+    runners = make_runners(plan, target, tok, baseline, eagle, tree, eagle_b, greedy_tree, medusa)
     compare = plan.decode.sampling.greedy and "baseline" in plan.methods
     print(f"[bench] {target.name} on {target.device} ({target.dtype}), {len(questions)} prompts, "
           f"methods {','.join(plan.methods)}, tree {tree} ({tree_info['source']}); warming up ...", file=sys.stderr)
@@ -527,7 +344,8 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
         head = "none: untrained random head"
     if greedy_tree is not None:
         config["greedy_tree"] = {**asdict(greedy_tree), **greedy_info}
-    return {"config": {**config, "head": head, "head_trained": head_trained, "head_b": getattr(a, "head_b", None)},
+    return {"config": {**config, "head": head, "head_trained": head_trained, "head_b": getattr(a, "head_b", None),
+                       "medusa_head": str(medusa_path) if medusa_path else None},
             "per_prompt": rows, "summary": summarize_rows(rows)}
 
 

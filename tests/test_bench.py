@@ -146,6 +146,30 @@ def test_second_head_races_in_the_same_run(stack, tmp_path, capsys):
     assert "--head-b" in capsys.readouterr().err
 
 
+def test_medusa_races_the_eagle_head_at_the_same_budget(stack, tmp_path, capsys):
+    """--methods medusa: the Medusa head drafts through the same loop with eagle2-head's tree; lossless, with the
+    tree statistics (tau, depth acceptance) the EAGLE rows carry."""
+    from core.medusa import MedusaConfig, init_medusa_head, save_medusa_head
+
+    head = init_medusa_head(MedusaConfig(64, 1024, num_heads=3))
+    with torch.no_grad():
+        for b in head.medusa_head:
+            b[0].linear.weight.normal_(0, 0.1)
+    save_medusa_head(head, stack["root"] / "medusa", dtype=torch.float32)
+    out = tmp_path / "m.json"
+    methods = "baseline,medusa,eagle2-head,lookup"
+    rc = main(_args(stack, out, "--methods", methods, "--limit", "2", "--head-tree", "8,3,3",
+                    "--medusa-head", str(stack["root"] / "medusa")))
+    assert rc == 0, capsys.readouterr().err
+    res = json.loads(out.read_text())
+    assert res["config"]["medusa_head"] == str(stack["root"] / "medusa")
+    assert list(res["summary"]) == methods.split(",")
+    assert all(r["identical_to_baseline"] for r in res["per_prompt"])
+    med = [r for r in res["per_prompt"] if r["method"] == "medusa"]
+    assert med and all(r["tau"] >= 1.0 and "depth_accept" in r for r in med)
+    assert isinstance(res["summary"]["medusa"]["depth_accept"], list)
+
+
 def _row(qid, method, tps, cat="qa", new=10, fw=10):
     return {"question_id": qid, "category": cat, "method": method, "new_tokens": new, "seconds": new / tps,
             "tokens_per_s": tps, "target_forwards": fw, "identical_to_baseline": None}
@@ -210,7 +234,8 @@ def test_prompt_uses_chat_template_when_present():
 
 @pytest.mark.parametrize("extra", [
     ["--questions", "/nonexistent/q.jsonl"],
-    ["--methods", "hf,medusa"],
+    ["--methods", "hf,medusa"],  # no Medusa head is shipped for this model and none was given
+    ["--methods", "hf,medusa-2"],
     ["--tree", "24,6"],
     ["--temperature", "-1"],
     ["--categories", "poetry"],
