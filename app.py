@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import time
 
@@ -14,8 +13,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="EAGLE Playground: baseline vs EAGLE-2 decoding side by side")
     p.add_argument("--model", default=None, help="target model: 'gemma-3-270m' (default), a local folder or hub id")
     p.add_argument("--head", default=None, help="EAGLE draft-head folder (default: the one shipped for the model)")
-    p.add_argument("--medusa-head", default=None,
-                   help="Medusa head folder for the token-level lane (default: the one shipped for the default model)")
+    p.add_argument("--medusa-head", default=None, help="Medusa head folder for the token-level lane (default: shipped)")
     p.add_argument("--device", default=None, help="cuda | mps | cpu (default: best available)")
     p.add_argument("--dtype", default=None, help="bf16 | fp16 | fp32 (default: bf16)")
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1, or $GRADIO_SERVER_NAME)")
@@ -41,20 +39,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phone-home calls (offline machines)
-    logging.basicConfig(level=args.log_level, format="[eagle-playground] %(levelname)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # Gradio's own start-up probes
-    from app.handlers import Limits
-    from app.startup import auto_or_parse, compare_decoders, warm_up
+    from app.inputs import Limits
+    from app.startup import auto_or_parse, compare_decoders, configure_logging, warm_up
     from app.ui import build_demo, serve
     from core.pipeline import build_decoders
 
+    configure_logging(args.log_level)
     t0 = time.perf_counter()
     print(f"[eagle-playground] loading model {args.model or 'default'}, head {args.head or 'default'} ...", flush=True)
     target, tok, baseline, eagle = build_decoders(args.model, args.head, args.device, args.dtype,
                                                   trust_remote_code=args.trust_remote_code)
     print(f"[eagle-playground] loaded {target.name} on {target.device} ({target.dtype}) in "
           f"{time.perf_counter() - t0:.1f} s; warming up ...", flush=True)
-    compare = compare_decoders(target, args.medusa_head, args.model)
+    compare = compare_decoders(target, args.medusa_head, args.model)  # the token-level lanes (Medusa, lookup)
     warm_up(tok, baseline, eagle, *compare.values())
     tree = auto_or_parse(args.tree, eagle, tok)
     info = f"Target **{target.name}** · {target.device.type} · {str(target.dtype).removeprefix('torch.')}"
@@ -62,8 +59,7 @@ def main(argv: list[str] | None = None) -> None:
                       max_new_tokens=args.max_new_tokens_cap, max_prompt_tokens=args.max_prompt_tokens, tree=tree,
                       prompt_mode=args.prompt_mode, system=args.system,
                       limits=Limits(seconds=args.request_seconds, queue=args.queue_size), compare=compare)
-    url = serve(demo, args.host, args.port, args.share)
-    print(f"[eagle-playground] ready at {url}", flush=True)
+    print(f"[eagle-playground] ready at {serve(demo, args.host, args.port, args.share)}", flush=True)
     demo.block_thread()
 
 

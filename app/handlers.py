@@ -9,6 +9,7 @@ a dict keyed by component id (`OUTPUTS` is the one order ui.py wires them in).
 import dataclasses
 import time
 from contextlib import contextmanager
+from types import MappingProxyType
 from typing import Callable, Iterator
 
 import gradio as gr
@@ -42,7 +43,7 @@ from core.pipeline import prompt_mode as resolve_prompt_mode
 
 OUTPUTS = ("baseline-output", "eagle-output", "stats", "stats-charts", "draft-tree", "step-slider",
            "compare-output", "compare-tree", "state")  # the two-lane outputs first, the third lane's after, state last
-LANE_TITLES = {"medusa": "Medusa", "lookup": "Prompt lookup"}
+LANE_TITLES = MappingProxyType({"medusa": "Medusa", "lookup": "Prompt lookup"})
 
 
 def ordered(view: dict) -> tuple:
@@ -79,9 +80,9 @@ class Playground:
                                           prompt_tokens=max_prompt_tokens or lim.prompt_tokens)
         self.cap, self.prompt_cap = self.limits.max_new_tokens, self.limits.prompt_tokens
         self.queue = None  # the app's gradio Queue, set by build_demo: lets a request notice its client has gone
-        target = getattr(baseline, "target", None)
-        self.model = str(getattr(target, "name", "") or type(target).__name__ if target is not None else "unknown")
-        self.dtype = getattr(target, "dtype", "float32")  # the near-tie tolerance of a divergence (core/exactness.py)
+        target = baseline.target  # core.events.Decoder: None for a fake without a model
+        self.model = str(target.name or type(target).__name__) if target is not None else "unknown"
+        self.dtype = target.dtype if target is not None else "float32"  # a divergence's near-tie tolerance
         self._labels: dict[int, str] = {}  # token id -> tree label; a pure tokenizer cache, not user data
         spaces = spaces_module()
         self.zero_gpu = spaces is not None
@@ -187,7 +188,7 @@ class Playground:
         if not ids:
             raise user_error("The prompt encodes to no tokens.", "Empty prompt")
         limit = self.prompt_cap
-        max_pos = getattr(getattr(self.baseline, "target", None), "max_positions", None)
+        max_pos = self.baseline.target.max_positions if self.baseline.target is not None else None
         if max_pos:
             limit = min(limit, max_pos - cfg.max_new_tokens - cfg.tree.reach - 1)
         if len(ids) > limit:

@@ -6,6 +6,7 @@ user-readable one-line error.
 """
 import html
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import gradio as gr
 
@@ -15,9 +16,9 @@ MAX_NEW_TOKENS = 1024  # UI / API cap (core accepts more; this keeps a public de
 MAX_PROMPT_TOKENS = 4096
 DEFAULT_TREE = TreeConfig()  # the engine's default tree (a Playground's TreePlan when none was planned)
 # the third lane: a token-level drafter raced beside EAGLE-2 ("none": the two-lane view)
-COMPARE = {"none": "two lanes: plain decoding and EAGLE-2",
-           "medusa": "Medusa head (token-level: guesses tokens t+2.. from the last feature)",
-           "lookup": "prompt lookup (token-level: copies what followed the same words earlier)"}
+COMPARE = MappingProxyType({"none": "two lanes: plain decoding and EAGLE-2",
+                            "medusa": "Medusa head (token-level: guesses tokens t+2.. from the last feature)",
+                            "lookup": "prompt lookup (token-level: copies what followed the same words earlier)"})
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,12 @@ def compare_decoders(target, medusa_head: str | Path | None = None, model: str |
     return lanes
 
 
+def configure_logging(level: str) -> None:
+    """The app's log format, and Gradio's own start-up HTTP probes kept quiet."""
+    logging.basicConfig(level=level, format="[eagle-playground] %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
 def warm_up(tokenizer, baseline, eagle, *more, tokens: int = 8) -> None:
     """One short greedy generation per decoder (`more`: the token-level lanes) so the first user's timings exclude
     one-off start-up costs."""

@@ -78,7 +78,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
     lim = pg.limits
     tree_defaults = pg.trees.greedy  # the temperature slider starts at 0 (greedy)
     examples = load_examples() if examples is None else examples
-    note = getattr(eagle, "note", "")
+    note = eagle.note
 
     with gr.Blocks(title="EAGLE Playground") as demo:
         # ------------------------------------------------------------------------------------ layout

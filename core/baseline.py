@@ -19,6 +19,7 @@ from core.timing import now
 
 class BaselineDecoder:
     method = "baseline"
+    note = ""  # nothing to say about plain decoding
 
     def __init__(self, target: TargetModel):
         self.target = target

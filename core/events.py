@@ -6,6 +6,7 @@ Per-depth acceptance is UNCONDITIONAL: share of verify steps whose accepted path
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Protocol
 
 
 @dataclass(frozen=True)
@@ -122,3 +123,17 @@ def summarize(events: list[StepEvent] | tuple[StepEvent, ...]) -> RunStats:
         depth_accept=depth_accept,
         step_split_ms=split,
     )
+
+
+class Decoder(Protocol):
+    """What the app and the benchmark consume: core's BaselineDecoder and Eagle2Decoder (for any drafter), and the
+    tests' replaying fakes, all implement it. `target` is the TargetModel it runs on (None for a fake that has no
+    model); `note` is shown to the user (e.g. "untrained head"), empty when there is nothing to say."""
+
+    method: str
+    note: str
+    target: Any
+
+    def generate(self, prompt_ids: list[int], cfg: Any,
+                 should_stop: Callable[[], bool] | None = None) -> Iterator[StepEvent]:
+        """One StepEvent per target forward until EOS, max_new_tokens or should_stop()."""

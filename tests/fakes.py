@@ -23,7 +23,10 @@ class CharTokenizer:
 
 
 class ReplayDecoder:
-    """Yields canned events (step_ms as recorded), honouring should_stop between steps like the core decoders."""
+    """Yields canned events (step_ms as recorded), honouring should_stop between steps like the core decoders; a
+    core.events.Decoder with no model behind it (target None)."""
+
+    target = None
 
     def __init__(self, method: str, events: list[StepEvent], note: str = "", log: list | None = None):
         self.method, self.events, self.note = method, events, note
@@ -142,8 +145,7 @@ class Paced:
     def __init__(self, decoder, seconds: float = 0.02):
         self.decoder, self.seconds = decoder, seconds
         self.method = decoder.method
-        self.note = getattr(decoder, "note", "")
-        self.target = getattr(decoder, "target", None)
+        self.note, self.target = decoder.note, decoder.target
 
     def generate(self, prompt_ids, cfg, should_stop=None):
         import time

@@ -27,7 +27,7 @@ class Tracked:
 
     def __init__(self, decoder, pause: float = 0.03):
         self.decoder, self.pause = decoder, pause
-        self.method, self.note = decoder.method, getattr(decoder, "note", "")
+        self.method, self.note = decoder.method, decoder.note
         self.target = decoder.target
         self.live, self.steps, self.lock = 0, 0, threading.Lock()
 

@@ -304,7 +304,7 @@ def test_divergence_is_labelled_in_the_badge_and_returned_by_run(margin, label):
     other = TEXT[:6] + "W" + TEXT[7:]
     b = ReplayDecoder("baseline", with_margins(baseline_events(TEXT), {6: margin}))
     e = ReplayDecoder("eagle2", with_margins(eagle_events(other, plan=[2, 3, 0]), {6: 2.5}))
-    b.target = types.SimpleNamespace(name="fake", dtype=torch.bfloat16)
+    b.target = types.SimpleNamespace(name="fake", dtype=torch.bfloat16, max_positions=4096)
     pg = Playground(CharTokenizer(), b, e, text_every=0.0, plot_every=0.0)
     out = pg.run("Say: ", 64)
     assert out["identical"] is False
