@@ -57,3 +57,29 @@ def test_greedy_eagle_equals_baseline_on_gemma(gemma):
         lengths.append(len(expected))
         assert all(t not in target.eos_ids for t in expected[:-1])
     assert max(lengths) == N_NEW  # at least one prompt ran the full length
+
+
+def test_shipped_medusa_head_is_lossless_and_drafts(gemma):
+    """The shipped Medusa head (static/heads/gemma-3-270m-medusa) loads through the registry, decodes exactly the
+    baseline's tokens in fp32 through the same loop, and its guesses are accepted (tau above 1)."""
+    from core.events import summarize
+    from core.heads import load_any_head, make_drafter
+    from core.medusa import MedusaHead
+    from core.pipeline import default_medusa_head
+
+    target, tok = gemma
+    path = default_medusa_head(None)
+    assert path is not None, "static/heads/gemma-3-270m-medusa is missing"
+    head = load_any_head(path)
+    assert isinstance(head, MedusaHead) and head.trained and head.config.num_heads == 6
+    medusa = Eagle2Decoder(target, make_drafter(head, target))
+    base = BaselineDecoder(target)
+    cfg = DecodeConfig(max_new_tokens=N_NEW, tree=TreeConfig(8, 4, 3, lookup=0))
+    taus = []
+    for prompt in PROMPTS:
+        ids = tok(prompt).input_ids
+        expected, _ = run(base, ids, cfg)
+        got, events = run(medusa, ids, cfg)
+        assert got == expected, prompt
+        taus.append(summarize(events).tau)
+    assert max(taus) > 1.2, taus
