@@ -174,3 +174,63 @@ def test_medusa_loss_learns_the_targets_future_tokens():
         loss.backward()
         opt.step()
     assert ce[0] < first[0][0] and top1[0] > first[1][0] + 0.2
+
+
+# ------------------------------------------------------------------------------------------ extending the registry
+
+
+class UnigramHead(torch.nn.Module):
+    """A deliberately tiny new head type: one learned logit per token, the same guesses at every level."""
+
+    def __init__(self, vocab: int):
+        super().__init__()
+        self.logits = torch.nn.Parameter(torch.zeros(vocab))
+        self.trained = True
+
+
+class UnigramDrafter:
+    kind, trained, output_layers = "unigram", True, ()
+
+    def __init__(self, head: UnigramHead, target):
+        self.head = head
+
+    def start(self):
+        return None
+
+    def commit(self, state, features, next_ids) -> int:
+        return 0
+
+    def propose(self, state, root_token, tree):
+        vals, toks = torch.topk(torch.log_softmax(self.head.logits.float(), -1), tree.top_k)
+        return grow_beam(DraftPool.rooted(root_token), lambda d: (vals.tolist(), toks.tolist()), tree)
+
+
+def test_a_new_drafter_is_one_module_plus_one_registry_line(tmp_path, monkeypatch):
+    """What core/medusa.py did for Medusa, in miniature: a head class, a drafter, a reader and a matcher, registered
+    by one HeadKind line; folder loading, drafter binding and the shared loop then work unchanged, losslessly."""
+    from safetensors.torch import save_file
+
+    import core.heads as heads
+
+    kind = heads.HeadKind("unigram", UnigramHead, lambda raw, keys: "unigram_vocab" in raw,
+                          lambda p, raw, sd: _unigram(raw, sd), UnigramDrafter)
+    monkeypatch.setattr(heads, "HEAD_KINDS", (kind, *heads.HEAD_KINDS))  # the one registry line
+    tgt = tiny_target("qwen3")
+    ref, _ = run(BaselineDecoder(tgt), PROMPT, DecodeConfig(max_new_tokens=N_NEW))
+    logits = torch.zeros(128)
+    logits[torch.tensor(ref[:8])] = 5.0  # it likes the tokens the target is about to say
+    save_file({"logits": logits}, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({"unigram_vocab": 128}))
+    head = load_any_head(tmp_path)
+    dr = make_drafter(head, tgt)
+    assert isinstance(head, UnigramHead) and isinstance(dr, UnigramDrafter) and isinstance(dr, Drafter)
+    dec = Eagle2Decoder(tgt, dr)
+    out, events = run(dec, PROMPT, DecodeConfig(max_new_tokens=N_NEW, tree=TreeConfig(10, 3, 3, lookup=0)))
+    assert dec.method == "unigram" and out == ref
+    assert any(e.accepted_drafts for e in events)  # its guesses were verified and some accepted
+
+
+def _unigram(raw: dict, sd: dict) -> UnigramHead:
+    head = UnigramHead(int(raw["unigram_vocab"]))
+    head.load_state_dict(sd)
+    return head
