@@ -13,29 +13,20 @@ from core.draft_head import HeadConfig, init_head
 from core.eagle import Eagle2Decoder
 from core.heads import load_any_head, make_drafter
 from core.models import DEFAULT_MODEL, TargetModel, load_target
-
-HEADS_DIR = Path(__file__).resolve().parent.parent / "static" / "heads"
-DEFAULT_HEAD_DIR = HEADS_DIR / "gemma-3-270m"
-DEFAULT_MEDUSA_DIR = HEADS_DIR / "gemma-3-270m-medusa"  # the token-level head trained on the same data (the race)
-
+from core.presets import get_preset
 
 def default_head(model: str | None) -> Path | None:
-    """The packaged trained head for the default model, or a preset's own head (shipped folder, or a hub head that
-    downloads on first use), if there is one."""
-    if not model or model == DEFAULT_MODEL:
-        return DEFAULT_HEAD_DIR if (DEFAULT_HEAD_DIR / "config.json").exists() else None
-    from core.presets import get_preset
-
-    preset = get_preset(model)
+    """The head the preset registry names for the model (the default model's is static/heads/gemma-3-270m; a hub
+    head downloads on first use), if there is one; None for models outside the registry."""
+    preset = get_preset(model or DEFAULT_MODEL)
     path = preset.head_path() if preset is not None else None
     return Path(path) if path else None
 
 
 def default_medusa_head(model: str | None) -> Path | None:
-    """The shipped Medusa head for the default model, if that folder holds one (other models: none shipped)."""
-    if (not model or model == DEFAULT_MODEL) and (DEFAULT_MEDUSA_DIR / "config.json").exists():
-        return DEFAULT_MEDUSA_DIR
-    return None
+    """The Medusa head the preset registry names for the model (shipped for the default model), if present."""
+    preset = get_preset(model or DEFAULT_MODEL)
+    return preset.medusa_path() if preset is not None else None
 
 
 def check_head_path(head: str | Path) -> Path:

