@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
                                                   trust_remote_code=args.trust_remote_code)
     print(f"[eagle-playground] loaded {target.name} on {target.device} ({target.dtype}) in "
           f"{time.perf_counter() - t0:.1f} s; warming up ...", flush=True)
-    compare = compare_decoders(target, args.medusa_head, args.model)  # the token-level lanes (Medusa, lookup)
+    compare = compare_decoders(target, args.medusa_head)  # the token-level lanes (Medusa, lookup)
     warm_up(tok, baseline, eagle, *compare.values())
     tree = auto_or_parse(args.tree, eagle, tok)
     info = f"Target **{target.name}** · {target.device.type} · {str(target.dtype).removeprefix('torch.')}"

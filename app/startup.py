@@ -27,16 +27,17 @@ def auto_or_parse(spec: str | None, eagle, tokenizer) -> TreePlan:
     return plan
 
 
-def compare_decoders(target, medusa_head: str | Path | None = None, model: str | None = None) -> dict:
+def compare_decoders(target, medusa_head: str | Path | None = None) -> dict:
     """The token-level lanes the UI offers beside EAGLE-2: prompt lookup always (no weights), and a Medusa head when
-    a folder is given or shipped for the default model (static/heads/gemma-3-270m-medusa)."""
+    a folder is given or the preset registry names one for the loaded target (static/heads/gemma-3-270m-medusa for
+    the default model; looked up by the target's own name, so another model never gets Gemma's head)."""
     from core.drafter import LookupDrafter
     from core.eagle import Eagle2Decoder
     from core.heads import make_drafter
     from core.pipeline import default_medusa_head, read_head
 
     lanes = {"lookup": Eagle2Decoder(target, LookupDrafter())}  # method "lookup"
-    path = medusa_head or default_medusa_head(model)
+    path = medusa_head or default_medusa_head(target.name)
     if path:
         lanes["medusa"] = Eagle2Decoder(target, make_drafter(read_head(path, target), target))
     return lanes

@@ -98,7 +98,8 @@ def test_stats_figure_histogram_depth_acceptance_and_time_split():
     e = summarize(eagle_events("Hello world!", plan=[2, 3, 0], ms=12))
     fig = stats_figure(b, e)
     names = [t.name for t in fig.data]
-    assert names == ["steps", "acceptance", "target forward (verify)", "draft head", "other (tree, accept, KV)"]
+    assert names == ["EAGLE-2", "EAGLE-2", "target forward (verify)", "draft head", "other (tree, accept, KV)"]
+    assert not fig.data[0].showlegend  # two lanes: one drafting lane needs no legend in the acceptance panels
     assert list(fig.data[0].y) == list(e.accept_hist) == [1, 0, 2, 1]
     assert [round(v, 3) for v in fig.data[1].y] == [0.75, 0.75, 0.25]
     assert list(fig.data[3].x)[0] == 0.0 and abs(list(fig.data[3].x)[1] - e.draft_s) < 1e-12
