@@ -248,6 +248,19 @@ def load_head(path: str | Path, dtype: torch.dtype = torch.float32, device: str 
     return head.to(device=device, dtype=dtype).eval()
 
 
+def finish_loaded(head: nn.Module, sd: dict, what: str, vocab_size: int) -> nn.Module:
+    """Load `sd` into a freshly built head (EAGLE-3, Medusa), refusing missing or unknown keys and a draft
+    vocabulary (d2t) that maps outside the target's; marks the head trained. `what` names it in the messages."""
+    missing, unexpected = head.load_state_dict(sd, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{what}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}")
+    ids = head.vocab_ids
+    if len(ids) and (int(ids.max()) >= vocab_size or int(ids.min()) < 0):
+        raise ValueError(f"{what}: d2t maps outside the target vocabulary of {vocab_size}")
+    head.trained = True
+    return head
+
+
 def init_head(c: HeadConfig, vocab_ids: torch.Tensor | None = None, seed: int = 0) -> EagleHead:
     """A freshly initialised head of the right shape (decodes losslessly; drafts badly)."""
     g = torch.Generator().manual_seed(seed)

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from core.draft_head import MLP, Attention, HeadConfig, RMSNorm, llama_layer_fields, llama_layer_json
+from core.draft_head import MLP, Attention, HeadConfig, RMSNorm, finish_loaded, llama_layer_fields, llama_layer_json
 
 
 @dataclass(frozen=True)
@@ -149,14 +149,7 @@ def eagle3_from_state(p: Path, raw: dict, sd: dict) -> Eagle3Head:
         raise ValueError(f"EAGLE-3 head {p}: reduced draft vocabulary without a d2t map")
     sd.pop("t2d", None)
     sd.pop("embed_tokens.weight", None)  # the target's embedding is used
-    head = Eagle3Head(c, d2t)
-    missing, unexpected = head.load_state_dict(sd, strict=False)
-    if missing or unexpected:
-        raise ValueError(f"EAGLE-3 head {p}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}")
-    if len(head.vocab_ids) and (int(head.vocab_ids.max()) >= c.vocab_size or int(head.vocab_ids.min()) < 0):
-        raise ValueError(f"EAGLE-3 head {p}: d2t maps outside the target vocabulary of {c.vocab_size}")
-    head.trained = True
-    return head
+    return finish_loaded(Eagle3Head(c, d2t), sd, f"EAGLE-3 head {p}", c.vocab_size)
 
 
 def init_eagle3_head(c: Eagle3Config, d2t: torch.Tensor | None = None, seed: int = 0) -> Eagle3Head:

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.config import TreeConfig
+from core.draft_head import finish_loaded
 from core.drafter import DraftPool, check_compatible, grow_beam
 from core.models import TargetModel
 
@@ -182,11 +183,4 @@ def load_medusa_head(p: Path, raw: dict, sd: dict) -> MedusaHead:
         vocab_ids = d2t + torch.arange(len(d2t))
         c = MedusaConfig(**{**c.__dict__, "draft_vocab_size": len(d2t)})
     sd.pop("t2d", None)
-    head = MedusaHead(c, vocab_ids)
-    missing, unexpected = head.load_state_dict(sd, strict=False)
-    if missing or unexpected:
-        raise ValueError(f"Medusa head {p}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}")
-    if len(head.vocab_ids) and (int(head.vocab_ids.max()) >= c.vocab_size or int(head.vocab_ids.min()) < 0):
-        raise ValueError(f"Medusa head {p}: d2t maps outside the target vocabulary of {c.vocab_size}")
-    head.trained = True
-    return head
+    return finish_loaded(MedusaHead(c, vocab_ids), sd, f"Medusa head {p}", c.vocab_size)
