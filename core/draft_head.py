@@ -195,18 +195,40 @@ class EagleHead(nn.Module):
         return m
 
 
-def save_head(head: EagleHead, out_dir: str | Path, dtype: torch.dtype = torch.bfloat16) -> None:
-    """Write config.json + model.safetensors in the official EAGLE-1/2 layout (+ d2t/t2d for a reduced vocab)."""
+ENGINES = ("sglang", "vllm")
+
+
+def save_head(head: EagleHead, out_dir: str | Path, dtype: torch.dtype = torch.bfloat16,
+              engine: str | None = None) -> None:
+    """Write config.json + model.safetensors in the official EAGLE-1/2 layout (+ d2t/t2d for a reduced vocab).
+
+    The serving engines disagree on fc's bias, so `engine` adapts the file without changing what the head computes:
+    "sglang" always writes fc.bias (its EAGLE fc has a bias parameter and keeps a random initial one when the file
+    has none: zeros are written for a head without bias); "vllm" refuses a head that has one (vLLM's fc has no bias
+    and its loader raises on unknown names), as it refuses a reduced vocabulary (its EAGLE-1/2 drafter has no d2t).
+    """
     from safetensors.torch import save_file
 
+    if engine not in (None, *ENGINES):
+        raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    c = head.config
+    blockers = [what for what, present in (("fc.bias", c.bias), (f"a {c.draft_vocab_size}-token draft vocabulary",
+                                                                  c.draft_vocab_size)) if present]
+    if engine == "vllm" and blockers:
+        raise ValueError("vLLM's EAGLE-1/2 drafter reads heads without fc.bias over the full vocabulary; this head "
+                         f"has {' and '.join(blockers)} (train with --no-fc-bias --draft-vocab 0)")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sd = {k: v.detach().to(dtype).contiguous() for k, v in head.state_dict().items()}
+    cfg = c.to_json()
+    if engine == "sglang" and not c.bias:
+        sd["fc.bias"] = torch.zeros(c.hidden_size, dtype=dtype)
+        cfg["bias"] = True
     if head.config.draft_vocab_size:
         sd["d2t"] = head.d2t.cpu().contiguous()
         sd["t2d"] = head.t2d().cpu().contiguous()
     save_file({k: v.cpu() for k, v in sd.items()}, str(out / "model.safetensors"))
-    (out / "config.json").write_text(json.dumps(head.config.to_json(), indent=2) + "\n")
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
 
 def load_head(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> EagleHead:

@@ -9,6 +9,7 @@ import json
 import platform
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -50,6 +51,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="keep N heads along the way and measure tau of each at T=0 (a curve of tau against data)")
     p.add_argument("--chat", action="store_true", help="wrap prompts in the model's chat template")
     p.add_argument("--draft-vocab", type=int, default=16384, help="draft vocabulary size (0 = full)")
+    p.add_argument("--no-fc-bias", action="store_true",
+                   help="EAGLE-1/2 head without fc.bias (the layout vLLM's EAGLE drafter reads; with --draft-vocab 0 "
+                        "the export loads there unedited)")
     p.add_argument("--epochs", type=float, default=2.0)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--ttt-steps", type=int, default=None, help="unrolled steps (default 3 for eagle, 7 for eagle3)")
@@ -72,6 +76,8 @@ def check_args(a: argparse.Namespace) -> str | None:
 
     if a.ttt_steps is None:
         a.ttt_steps = 7 if a.head_type == "eagle3" else 3
+    if a.no_fc_bias and a.head_type != "eagle":
+        return "--no-fc-bias applies to --head-type eagle (EAGLE-3 and Medusa heads have no fc.bias to drop)"
     if a.head_type == "eagle3" and a.ttt_steps < 5:
         return f"--ttt-steps must be >= 5 for an EAGLE-3 head, got {a.ttt_steps}"
     for name in ("n_prompts", "batch", "max_prompt", "new_tokens", "max_text", "tokens_per_batch", "ttt_steps",
@@ -175,8 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         head = init_medusa_head(MedusaConfig(target.hidden_size, target.vocab_size, a.medusa_heads, a.draft_vocab),
                                 vocab_ids).float()
     else:
-        head = init_head(HeadConfig.for_target(target.hidden_size, target.vocab_size, a.draft_vocab), vocab_ids,
-                         seed=a.seed).float()
+        hcfg = replace(HeadConfig.for_target(target.hidden_size, target.vocab_size, a.draft_vocab),
+                       bias=not a.no_fc_bias)
+        head = init_head(hcfg, vocab_ids, seed=a.seed).float()
     if a.init:
         start = load_any_head(a.init)
         if kind_of(start).name != a.head_type:
