@@ -360,8 +360,8 @@ class Playground:
         if charts:
             view["stats-charts"] = stats_figure(stats["baseline"], stats["eagle"], stats.get("compare"), label)
         if tree:
-            for lane, key in (("eagle", "draft-tree"), ("compare", "compare-tree")) if three else (("eagle",
-                                                                                                      "draft-tree"),):
+            for lane in lanes[1:]:  # one tree per drafting lane
+                key = "compare-tree" if lane == "compare" else "draft-tree"
                 steps = record.lane_tree_steps(lane)
                 name = self._lane_name(record, lane) if three else ""
                 view[key] = tree_figure(steps[-1] if steps else None, self.label,

@@ -113,8 +113,7 @@ class Eagle2Decoder:
                                 draft_forwards=(pool.forwards if pool else 0) + n_commit,
                                 margins=tuple(margins), top_logits=tuple(tops))
         finally:
-            kv_cache.free(cache)
-            dstate = None  # the drafter's per-call caches go with it
+            kv_cache.free(cache)  # the drafter's per-call state (dstate) goes with this frame
 
     @staticmethod
     def _row(logits: torch.Tensor, n: int) -> tuple[torch.Tensor, int]:
