@@ -1,7 +1,8 @@
 """EAGLE-2 speculative decoding (arXiv 2406.16858) over a stock transformers target: lossless, greedy or sampled.
 
-Per step: 1 draft a dynamic tree, 2 verify it in one target forward, 3 accept (longest greedy match or exact
-multi-candidate sampling), 4 commit (compact the target cache, feed accepted features to the draft), 5 emit.
+Per step: 1 draft a dynamic tree plus the context-lookup chain (the chain alone while a copy is in progress), 2 verify
+it in one target forward, 3 accept (longest greedy match or exact multi-candidate sampling), 4 commit (compact the
+target cache, feed accepted features to the draft), 5 emit.
 tau = new tokens / target forwards (bonus token included).
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ import torch
 from core import kv_cache, tree
 from core.config import DecodeConfig, check_finite
 from core.drafter import Drafter
-from core.lookup import context_draft
+from core.lookup import context_draft, copied
 from core.events import StepEvent, TreeNode
 from core.exactness import top2
 from core.models import TargetModel
@@ -59,12 +60,14 @@ class Eagle2Decoder:
             yield StepEvent(0, self.method, (root,), verify_ms=(t1 - t0) * 1e3, draft_ms=(t3 - t2) * 1e3,
                             step_ms=(t3 - t0) * 1e3, draft_forwards=n_commit, finished=done, note=self.note,
                             margins=tuple(margins), top_logits=tuple(tops))
-            step = 0
+            step, copying = 0, False
             while not done and not (should_stop and should_stop()):
                 step += 1
                 t0 = now(tgt.device)
-                # 1. draft: grow the candidate pool, keep the best total_tokens nodes (parents always kept)
-                pool = dr.propose(dstate, root, cfg.tree) if drafting else None
+                # 1. draft: grow the candidate pool, keep the best total_tokens nodes (parents always kept); while
+                #    the last step accepted copied tokens, the lookup chain drafts alone (no head pass)
+                chain = context_draft(history, cfg.tree.lookup)
+                pool = dr.propose(dstate, root, cfg.tree) if drafting and not (chain and copying) else None
                 t_grown = now(tgt.device)
                 if pool:
                     check_finite("draft scores", pool.scores)
@@ -72,7 +75,7 @@ class Eagle2Decoder:
                 parents = tree.subtree_parents(pool.parents, kept) if pool else [-1]
                 tokens = [pool.tokens[i] for i in kept] if pool else [root]
                 # 1b. context lookup: graft the tokens that followed the last occurrence of the current suffix
-                parents, tokens, n_head = tree.graft(parents, tokens, context_draft(history, cfg.tree.lookup))
+                parents, tokens, n_head = tree.graft(parents, tokens, chain)
                 depths = tree.depths(parents)
                 t1 = now(tgt.device)
                 # 2. verify: one target forward over the whole tree (positions = prefix + depth, ancestor mask)
@@ -89,6 +92,7 @@ class Eagle2Decoder:
                 else:
                     path, bonus = accept_sampled(kids, tokens, lambda n: target_probs(self._row(logits, n)[0], s), gen)
                 accepted = [tokens[i] for i in path[1:]] + [bonus]
+                copying = copied(chain, accepted[:-1]) > 0
                 new, done = self._clip(accepted, produced, cfg)
                 margins, tops = top2(logits[path[:len(new)]])  # (len(new), V): new token k was chosen at path[k]
                 # 4. commit: compact the target cache to the accepted path; the draft reads the real features

@@ -97,3 +97,18 @@ def copy_with_overlap(hist: Sequence[int], at: int, max_len: int) -> list[int]:
     assert tail, "copy_with_overlap needs at least one token to copy"
     reps = -(-max_len // len(tail))
     return (tail * reps)[:max_len]
+
+
+def copied(chain: Sequence[int], drafts: Sequence[int]) -> int:
+    """How many of a step's accepted drafts (in order) the lookup chain had guessed: their common prefix length.
+
+    The EAGLE-2 loop reads it as "a copy is in progress": after a step that accepted at least one copied token it
+    drafts the next step with the chain alone (no head pass, a narrower verify), the way prompt lookup does, and
+    goes back to the head as soon as a step copies nothing.
+    """
+    n = 0
+    for a, b in zip(chain, drafts):
+        if a != b:
+            break
+        n += 1
+    return n

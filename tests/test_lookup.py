@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core import tree
-from core.lookup import context_draft, copy_with_overlap
+from core.lookup import context_draft, copied, copy_with_overlap
 
 
 def test_longest_suffix_then_longest_continuation():
@@ -147,3 +147,34 @@ def test_graft_keeps_a_valid_tree_that_contains_the_chain(case):
     for tok in chain:
         at = next(c for c in kids[at] if t2[c] == tok)
     assert len(p2) - n <= len(chain)
+
+
+def test_copied_counts_the_leading_agreement_with_the_chain():
+    assert copied([5, 6, 7], [5, 6, 9, 7]) == 2
+    assert copied([5, 6, 7], [5, 6, 7, 8]) == 3
+    assert copied([5, 6], [4]) == 0 and copied([], [1, 2]) == 0 and copied([1, 2], []) == 0
+
+
+def test_the_loop_drafts_with_the_chain_alone_while_a_copy_is_in_progress():
+    """A step has head nodes exactly when the previous step copied nothing (or there is no chain), and the output
+    stays the baseline's. A tiny random Llama loops on a repeated prompt, so both kinds of steps occur."""
+    from conftest import PROMPT, run, tiny_head, tiny_target
+    from core.baseline import BaselineDecoder
+    from core.config import DecodeConfig, TreeConfig
+    from core.drafter import EagleDrafter
+    from core.eagle import Eagle2Decoder
+
+    target = tiny_target("llama")
+    prompt = PROMPT * 3
+    cfg = DecodeConfig(80, tree=TreeConfig(8, 3, 3, 6))
+    out, events = run(Eagle2Decoder(target, EagleDrafter(tiny_head(target), target)), prompt, cfg)
+    assert out == run(BaselineDecoder(target), prompt, cfg)[0]
+    history, copying, kinds = list(prompt) + list(events[0].new_token_ids), False, set()
+    for ev in events[1:]:
+        chain = context_draft(history, 6)
+        head_step = any(n.source == "head" for n in ev.tree)
+        assert head_step == (not (chain and copying)), ev.step
+        kinds.add(head_step)
+        copying = copied(chain, ev.new_token_ids[:-1]) > 0
+        history += ev.new_token_ids
+    assert kinds == {True, False}
