@@ -115,7 +115,7 @@ def run_ours(model: str, head: str, questions: str, n: int, k: int, max_new: int
                 accepted.append(ev.accepted_drafts)
         outputs.append(out)
         margins.append([round(m, 4) for m in marg])
-    return {"model": model, "target": resolve_model(model), "head": str(Path(head).resolve()),
+    return {"model": model, "target": resolve_model(model), "head": str(Path(head).resolve()), "head_name": str(head),
             "head_kind": kind_of_folder(head).name, "k": k, "max_new_tokens": max_new,
             "max_model_len": max(len(p) for p in prompts) + max_new + k + 8, "questions": str(questions),
             "prompts": prompts, "outputs": outputs, "margins": margins, "accepted": accepted}
@@ -138,7 +138,7 @@ def compare(ours: dict, theirs: dict) -> dict:
     drafts = max(spec["drafts"], 1)
     acc = ours["accepted"]
     return {"engine": "vllm", "version": theirs["version"], "model": ours["model"],
-            "head": Path(ours["head"]).name, "prompts": len(ours["outputs"]), "identical": sum(same),
+            "head": ours.get("head_name", ours["head"]), "prompts": len(ours["outputs"]), "identical": sum(same),
             "vllm_mean_accepted": round(1 + spec["accepted_tokens"] / drafts, 3),
             "our_tau_chain": round(1 + sum(acc) / max(len(acc), 1), 3), "k": k,
             "vllm_per_position": [round(v / drafts, 4) for v in spec["accepted_per_pos"]],

@@ -89,7 +89,7 @@ def test_our_half_decodes_losslessly_and_writes_the_vllm_job(setup, tmp_path):  
 
 
 def test_compare_counts_identical_outputs_and_reads_vllms_counters():
-    ours = {"model": "m", "head": "/x/h", "k": 3, "outputs": [[1, 2, 3], [4, 5, 6]],
+    ours = {"model": "m", "head": "/x/h", "head_name": "h", "k": 3, "outputs": [[1, 2, 3], [4, 5, 6]],
             "margins": [[0.5, 0.5, 0.5], [0.5, 0.01, 0.5]], "accepted": [3, 1, 0, 2]}
     theirs = {"version": "0.32.0", "outputs": [[1, 2, 3], [4, 7, 6]],
               "spec": {"drafts": 4, "draft_tokens": 12, "accepted_tokens": 6, "accepted_per_pos": [3, 2, 1]}}
