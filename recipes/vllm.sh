@@ -9,8 +9,9 @@
 #      "num_speculative_tokens": K}, greedy (scripts/vllm_side.py, run by the venv's python).
 #   5. compare: the last line is one JSON object (identical outputs, vLLM's mean accepted length, our tau per
 #      verify step, per-position acceptance on both sides).
-# Scale with PROMPTS (MT-bench first turns, up to 80), NEW (new tokens) and K. The first run downloads about
-# 400 MB of wheels; nothing downloads model weights (the target is the preset's local dense copy).
+# Scale with PROMPTS (MT-bench first turns, up to 80), NEW (new tokens) and K. The first run installs about 3.5 GB
+# (vLLM and its own torch) from the package registry; nothing downloads model weights (the target is the preset's
+# local dense copy, the head a local folder). On 2 CPU cores each side takes a few minutes for 80 prompts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${MODEL:-smollm2-135m-instruct}
