@@ -41,7 +41,7 @@ HEAD_KINDS: tuple[HeadKind, ...] = (
 )
 
 
-def _keys(p: Path) -> list[str]:
+def weight_names(p: Path) -> list[str]:
     """Weight names of a head folder without reading the tensors (safetensors), or by loading a .bin safely."""
     if (p / "model.safetensors").exists():
         from safetensors import safe_open
@@ -66,7 +66,7 @@ def kind_of_folder(path: str | Path) -> HeadKind:
     if not (p / "config.json").exists():
         raise ValueError(f"head folder {str(p)!r} has no config.json")
     raw = json.loads((p / "config.json").read_text())
-    keys = [k.removeprefix("model.") for k in _keys(p)]
+    keys = [k.removeprefix("model.") for k in weight_names(p)]
     return next(k for k in HEAD_KINDS if k.matches(raw, keys))
 
 

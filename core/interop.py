@@ -34,12 +34,12 @@ VLLM_EAGLE3_EXTRA = frozenset({"d2t", "t2d", "norm.weight", "lm_head.weight", "f
 
 def vllm_problems(head_dir: str | Path) -> list[str]:
     """What stops vLLM 0.32's EAGLE drafters from loading this head folder unedited (empty list: nothing)."""
-    from core.heads import _keys, kind_of_folder
+    from core.heads import kind_of_folder, weight_names
 
     p = Path(head_dir)
     kind = kind_of_folder(p).name  # ValueError without config.json
     raw = json.loads((p / "config.json").read_text())
-    keys = {k.removeprefix("model.") for k in _keys(p)}
+    keys = {k.removeprefix("model.") for k in weight_names(p)}
     problems = []
     if kind == "medusa":
         return ["a Medusa head: vLLM's EAGLE drafters do not read it (vLLM's own Medusa drafter uses another layout)"]
