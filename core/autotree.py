@@ -25,7 +25,7 @@ from core import kv_cache, tree
 from core.config import DecodeConfig, SamplingConfig, TreeConfig
 from core.eagle import Eagle2Decoder
 from core.models import TargetModel
-from core.sampling import row_max
+from core.sampling import peak
 from core.timing import now
 
 SIZES = (2, 4, 8, 12, 16, 24, 32, 48, 64)
@@ -101,7 +101,7 @@ def verify_profile(target: TargetModel, sizes=SIZES, prefix: int = 64, rounds: i
             parents, d, anc = trees[n]
             t0 = clock(target.device)
             h, _ = target.forward(ids[:, :n], cache, parents, d, anc)
-            row_max(target.logits(h[0])[0])  # a greedy verify reduces the rows its walk visits, not all N
+            peak(target.logits(h[0])[0])  # a greedy verify reduces the rows its walk visits, not all N
             best[n] = min(best[n], clock(target.device) - t0)
             kv_cache.crop(cache, prefix)
     kv_cache.free(cache)

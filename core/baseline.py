@@ -11,9 +11,8 @@ import torch
 from core import kv_cache
 from core.config import DecodeConfig
 from core.events import StepEvent
-from core.exactness import top2
 from core.models import TargetModel
-from core.sampling import new_generator, next_token
+from core.sampling import new_generator, pick
 from core.timing import now
 
 
@@ -39,13 +38,12 @@ class BaselineDecoder:
                 hidden, _ = tgt.forward(ids, cache)
                 logits = tgt.logits(hidden[0, -1])  # (V,)
                 t1 = now(tgt.device)
-                tok = next_token(logits, cfg.sampling, gen)
-                margins, tops = top2(logits[None])  # the margin this token won by (core/exactness.py)
+                tok, top = pick(logits, cfg.sampling, gen)  # top: the margin this token won by (core/exactness.py)
                 t2 = now(tgt.device)
                 done = (cfg.stop_on_eos and tok in tgt.eos_ids) or step + 1 == cfg.max_new_tokens
                 yield StepEvent(step=step, method=self.method, new_token_ids=(tok,), verify_ms=(t1 - t0) * 1e3,
                                 step_ms=(t2 - t0) * 1e3,
-                                finished=done, margins=tuple(margins), top_logits=tuple(tops))
+                                finished=done, margins=(top.margin,), top_logits=(top.logit,))
                 if done or (should_stop and should_stop()):
                     return
                 ids = torch.tensor([[tok]], device=tgt.device)

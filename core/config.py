@@ -49,6 +49,9 @@ class SamplingConfig:
         return self.temperature == 0.0
 
 
+COPY_GROWTH = 4  # a copy in progress may verify up to 4x `lookup` copied tokens per step (TreeConfig.copy_lookup)
+
+
 @dataclass(frozen=True)
 class TreeConfig:
     total_tokens: int = 16  # nodes verified per step, root included (core/autotree.py picked 16 on a 2-core CPU)
@@ -63,8 +66,15 @@ class TreeConfig:
         _check_int("lookup", self.lookup, 0, 64)
 
     @property
+    def copy_lookup(self) -> int:
+        """The longest chain a copy in progress grows to: `lookup` doubles after each step that accepted its whole
+        chain (core/eagle.py), up to COPY_GROWTH times `lookup`."""
+        return COPY_GROWTH * self.lookup
+
+    @property
     def reach(self) -> int:
-        """How far past the committed prefix one verify can write: the head's depth or the lookup chain's length."""
+        """How far past the committed prefix one verify can write: the head's depth or the lookup chain's length
+        (a grown copy chain never runs past max_new_tokens, core/eagle.py)."""
         return max(self.depth, self.lookup)
 
     @classmethod

@@ -2,7 +2,8 @@
 
 Per step: 1 draft a dynamic tree plus the context-lookup chain (the chain alone while a copy is in progress), 2 verify
 it in one target forward, 3 accept (longest greedy match or exact multi-candidate sampling), 4 commit (compact the
-target cache, feed accepted features to the draft), 5 emit.
+target cache; the accepted features wait for the draft head's next proposal, which reads them all in one pass, so
+copy steps run no head pass at all), 5 emit.
 tau = new tokens / target forwards (bonus token included).
 """
 from __future__ import annotations
@@ -16,9 +17,8 @@ from core.config import DecodeConfig, check_finite
 from core.drafter import Drafter
 from core.lookup import context_draft, copied
 from core.events import StepEvent, TreeNode
-from core.exactness import top2
 from core.models import TargetModel
-from core.sampling import new_generator, next_token, row_max, target_probs
+from core.sampling import Peak, new_generator, peak, pick, target_probs
 from core.timing import now
 from core.verify import accept_greedy, accept_sampled
 
@@ -49,25 +49,27 @@ class Eagle2Decoder:
             draft_in = hidden if taps is None else taps  # the features this head reads
             logits = tgt.logits(hidden[0, -1])  # (V,)
             t1 = now(tgt.device)
-            root = next_token(logits, s, gen)
-            margins, tops = top2(logits[None])  # the margin each emitted token won by (core/exactness.py)
+            root, top = pick(logits, s, gen)  # top: the margin the token won by (core/exactness.py)
             t2 = now(tgt.device)
             n_commit = dr.commit(dstate, draft_in, torch.tensor([prompt_ids[1:] + [root]], device=tgt.device)) \
                 if drafting else 0
             t3 = now(tgt.device)
             produced, done = 1, self._done(root, 1, cfg)
+            pending: list[tuple[torch.Tensor, list[int]]] = []  # accepted (features (1, n, F), next ids) not yet read
             history = list(prompt_ids) + [root]  # what context lookup searches
             yield StepEvent(0, self.method, (root,), verify_ms=(t1 - t0) * 1e3, draft_ms=(t3 - t2) * 1e3,
                             step_ms=(t3 - t0) * 1e3, draft_forwards=n_commit, finished=done, note=self.note,
-                            margins=tuple(margins), top_logits=tuple(tops))
-            step, copying = 0, False
+                            margins=(top.margin,), top_logits=(top.logit,))
+            step, copying, chain_len = 0, False, cfg.tree.lookup
             while not done and not (should_stop and should_stop()):
                 step += 1
                 t0 = now(tgt.device)
                 # 1. draft: grow the candidate pool, keep the best total_tokens nodes (parents always kept); while
                 #    the last step accepted copied tokens, the lookup chain drafts alone (no head pass)
-                chain = context_draft(history, cfg.tree.lookup)
-                pool = dr.propose(dstate, root, cfg.tree) if drafting and not (chain and copying) else None
+                chain = context_draft(history, min(chain_len, max(cfg.tree.lookup, cfg.max_new_tokens - produced)))
+                proposing = drafting and not (chain and copying)
+                n_commit = self._read(dstate, pending) if proposing else 0  # the head catches up in one pass
+                pool = dr.propose(dstate, root, cfg.tree) if proposing else None
                 t_grown = now(tgt.device)
                 if pool:
                     check_finite("draft scores", pool.scores)
@@ -85,22 +87,26 @@ class Eagle2Decoder:
                 draft_in = hidden if taps is None else taps
                 logits = tgt.logits(hidden[0])  # (N, V)
                 t2 = now(tgt.device)
-                # 3. accept: only the rows the walk visits are reduced (about tau of N), each checked for NaN/inf
-                kids = tree.children(parents)
+                # 3. accept: only the rows the walk visits are reduced (about tau of N), each once, checked for NaN/inf
+                kids, row = tree.children(parents), self._peaks(logits)
                 if s.greedy:
-                    path, bonus = accept_greedy(kids, tokens, lambda n: self._row(logits, n)[1])
+                    path, bonus = accept_greedy(kids, tokens, lambda n: row(n).id)
                 else:
-                    path, bonus = accept_sampled(kids, tokens, lambda n: target_probs(self._row(logits, n)[0], s), gen)
+                    def probs(n: int) -> torch.Tensor:
+                        row(n)  # NaN / inf check and the margin, once per row
+                        return target_probs(logits[n], s)
+                    path, bonus = accept_sampled(kids, tokens, probs, gen)
                 accepted = [tokens[i] for i in path[1:]] + [bonus]
-                copying = copied(chain, accepted[:-1]) > 0
+                n_copied = copied(chain, accepted[:-1])
+                copying = n_copied > 0  # a copy in progress: the next chain doubles while copies take it whole
+                chain_len = min(2 * chain_len, cfg.tree.copy_lookup) if chain and n_copied == len(chain) \
+                    else cfg.tree.lookup
                 new, done = self._clip(accepted, produced, cfg)
-                margins, tops = top2(logits[path[:len(new)]])  # (len(new), V): new token k was chosen at path[k]
-                # 4. commit: compact the target cache to the accepted path; the draft reads the real features
+                tops = [row(n) for n in path[:len(new)]]  # new token k was chosen at path[k]: its margin
+                # 4. commit: compact the target cache to the accepted path; the real features wait for the head
                 kv_cache.keep(cache, prefix, path)
-                t3 = now(tgt.device)
-                n_commit = dr.commit(dstate, draft_in[:, path], torch.tensor([accepted], device=tgt.device)) \
-                    if drafting and not done else 0
-                t4 = now(tgt.device)
+                if drafting:
+                    pending.append((draft_in[:, path], accepted))  # (1, len(path), F): t_i.. paired with t_{i+1}..
                 root = bonus
                 produced += len(new)
                 history += new
@@ -110,21 +116,37 @@ class Eagle2Decoder:
                              i in path, "root" if i == 0 else "head" if i < n_head else "lookup")
                     for i in range(len(tokens))
                 )
-                t5 = now(tgt.device)  # step time = draft (propose, commit) + verify (target forward) + the rest
+                t5 = now(tgt.device)  # step time = draft (commit, propose) + verify (target forward) + the rest
                 yield StepEvent(step, self.method, tuple(new), nodes, tuple(path),
-                                draft_ms=(t_grown - t0 + t4 - t3) * 1e3, verify_ms=(t2 - t1) * 1e3,
+                                draft_ms=(t_grown - t0) * 1e3, verify_ms=(t2 - t1) * 1e3,
                                 step_ms=(t5 - t0) * 1e3, finished=done, note=self.note,
                                 draft_forwards=(pool.forwards if pool else 0) + n_commit,
-                                margins=tuple(margins), top_logits=tuple(tops))
+                                margins=tuple(p.margin for p in tops), top_logits=tuple(p.logit for p in tops))
         finally:
             kv_cache.free(cache)  # the drafter's per-call state (dstate) goes with this frame
 
+    def _read(self, dstate, pending: list[tuple[torch.Tensor, list[int]]]) -> int:
+        """Commit every accepted step the drafter has not read yet in one pass (several after a copy); empties
+        `pending`. Returns the draft passes run (0 when nothing waited)."""
+        if not pending:
+            return 0
+        feats = torch.cat([f for f, _ in pending], dim=1)  # (1, n, F)
+        ids = torch.tensor([[t for _, acc in pending for t in acc]], device=feats.device)  # (1, n)
+        pending.clear()
+        return self.drafter.commit(dstate, feats, ids)
+
     @staticmethod
-    def _row(logits: torch.Tensor, n: int) -> tuple[torch.Tensor, int]:
-        """Row n of the verify logits (V,), checked finite, and its greedy token (one max reduction for both)."""
-        best, idx = row_max(logits[n])
-        check_finite("target logits", best)
-        return logits[n], int(idx)
+    def _peaks(logits: torch.Tensor) -> Callable[[int], Peak]:
+        """Row n of the verify logits (N, V) -> its Peak (greedy id, top logit, margin), each row reduced once
+        (accept and the margins visit the same rows) and checked for NaN / inf."""
+        seen: dict[int, Peak] = {}
+
+        def row(n: int) -> Peak:
+            if n not in seen:
+                seen[n] = peak(logits[n])
+                check_finite("target logits", [seen[n].logit])
+            return seen[n]
+        return row
 
     def _done(self, tok: int, produced: int, cfg: DecodeConfig) -> bool:
         return (cfg.stop_on_eos and tok in self.target.eos_ids) or produced >= cfg.max_new_tokens

@@ -32,18 +32,16 @@ from typing import Sequence
 import torch
 
 from core.events import StepEvent
+from core.sampling import peak
 
 NEAR_TIE_ULPS = 16  # 2x half the largest margin change seen between the two shapes in bf16 (module docstring)
 
 
 def top2(logits: torch.Tensor) -> tuple[list[float], list[float]]:
-    """(R, V) logits -> (margins, top-1 values), R floats each: top-1 minus top-2 logit per row, one topk(2).
-
-    Measured on the real model's 262,144-token vocabulary in bf16 on this CPU (one thread): 0.9 ms a row, against
-    0.3 ms for the max reduction that picks the greedy token; a verify step computes it for the accepted rows only.
-    """
-    values = logits.topk(2, dim=-1).values.float()  # (R, 2)
-    return (values[:, 0] - values[:, 1]).tolist(), values[:, 0].tolist()
+    """(R, V) logits -> (margins, top-1 values), R floats each: top-1 minus top-2 logit per row (core/sampling.py
+    `peak`, the same numbers as topk(2) at a fifth of its cost)."""
+    peaks = [peak(row) for row in logits]
+    return [p.margin for p in peaks], [p.logit for p in peaks]
 
 
 def ulp(x: float, dtype: torch.dtype | str) -> float:

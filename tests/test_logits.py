@@ -1,13 +1,14 @@
 """The target's LM-head product and the one-reduction greedy pick: fast paths that must not change a token.
 
 TargetModel.logits runs bf16 heads on CPU as W @ h^T (torch.mv for one row), and the decoders take greedy ids and
-the finiteness check from one torch.max. These tests pin what makes that safe: the values are the head module's,
-argmax's first-index tie rule holds, NaN and +inf still stop a request, and bf16 greedy EAGLE-2 keeps the
-baseline's tokens on every family.
+the finiteness check and the top-2 margin from `peak` (block maxima). These tests pin what makes that safe: the values
+are the head module's, argmax's first-index tie rule and topk's margin hold, NaN and +inf still stop a request, and
+bf16 greedy EAGLE-2 keeps the baseline's tokens on every family.
 """
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from core.baseline import BaselineDecoder
 from core.config import DecodeConfig, TreeConfig
 from core.eagle import Eagle2Decoder
 from core.models import TargetModel
-from core.sampling import row_max
+from core.sampling import PEAK_BLOCK, peak
 
 
 def bf16_target(kind: str) -> TargetModel:
@@ -40,7 +41,7 @@ def test_bf16_logits_equal_the_head_module(kind, vocab_major):
     many = tgt.logits(h[None])  # (1, 7, V) through W @ h^T
     assert many.shape == (1, 7, tgt.vocab_size)
     torch.testing.assert_close(many[0], ref, rtol=2e-2, atol=2e-2)
-    assert torch.equal(row_max(many[0])[1], many[0].float().argmax(-1))
+    assert [peak(r).id for r in many[0]] == many[0].float().argmax(-1).tolist()
 
 
 def test_lm_head_orientation_is_chosen_by_timing_it(monkeypatch):
@@ -60,23 +61,29 @@ def test_fp32_logits_are_the_module_output(tiny_llama):
     assert torch.equal(tiny_llama.logits(h), tiny_llama.model.get_output_embeddings()(h))
 
 
-def test_row_max_keeps_argmax_first_index_rule_under_ties():
-    gen = torch.Generator().manual_seed(0)
+@pytest.mark.parametrize("v", [1, 2, 700, PEAK_BLOCK, 3 * PEAK_BLOCK, 3 * PEAK_BLOCK + 5])
+def test_peak_is_argmax_and_topk_under_ties(v):
+    """Block maxima give exactly argmax's first maximal index, the max, and topk(2)'s margin: rows with many exact
+    ties (rounded values), maxima in one block or several, sizes that do not fill the last block, strided rows."""
+    gen = torch.Generator().manual_seed(v)
     for dtype in (torch.bfloat16, torch.float32):
-        for _ in range(50):
-            x = (torch.randn(6, 3000, generator=gen) * 2).round().to(dtype)  # many exact ties per row
-            assert torch.equal(row_max(x)[1], x.argmax(-1))
-            assert torch.equal(row_max(x.T.contiguous().T)[1], x.argmax(-1))  # strided rows, as logits() returns
-            assert row_max(x[0])[1].item() == x[0].argmax().item()
+        for scale in (0.5, 2.0, 50.0):
+            x = (torch.randn(6, v, generator=gen) * scale).round().to(dtype)
+            for rows in (x, x.T.contiguous().T):  # contiguous and strided rows (logits() returns the latter)
+                for r in rows:
+                    got = peak(r)
+                    vals = r.float().topk(min(2, v)).values
+                    assert got.id == int(r.argmax()) and got.logit == float(r.max())
+                    assert got.margin == (float(vals[0] - vals[1]) if v > 1 else float("inf"))
 
 
-def test_row_max_values_carry_nan_and_inf():
-    x = torch.zeros(3, 100, dtype=torch.bfloat16)
-    x[0, 40] = float("nan")
+def test_peak_carries_nan_and_inf():
+    x = torch.zeros(3, 2 * PEAK_BLOCK, dtype=torch.bfloat16)
+    x[0, 700] = float("nan")
     x[1, 7] = float("inf")
     x[2, 9] = float("-inf")  # an impossible token is not an error
-    vals = row_max(x)[0]
-    assert torch.isnan(vals[0]) and torch.isinf(vals[1]) and torch.isfinite(vals[2])
+    assert math.isnan(peak(x[0]).logit) and math.isinf(peak(x[1]).logit) and math.isfinite(peak(x[2]).logit)
+    assert peak(x[1]).id == 7 and peak(x[2]).id == 0
 
 
 @pytest.mark.parametrize("kind", KINDS)

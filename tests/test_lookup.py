@@ -156,25 +156,79 @@ def test_copied_counts_the_leading_agreement_with_the_chain():
 
 
 def test_the_loop_drafts_with_the_chain_alone_while_a_copy_is_in_progress():
-    """A step has head nodes exactly when the previous step copied nothing (or there is no chain), and the output
-    stays the baseline's. A tiny random Llama loops on a repeated prompt, so both kinds of steps occur."""
+    """A step has head nodes exactly when the previous step copied nothing (or there is no chain), a copy step verifies
+    the chain alone at its grown length, and the output stays the baseline's. A tiny random Mistral continues a
+    prompt that ends in a run of one token: both kinds of steps occur, and a copy that takes its whole chain makes
+    the next chain twice as long."""
     from conftest import PROMPT, run, tiny_head, tiny_target
     from core.baseline import BaselineDecoder
     from core.config import DecodeConfig, TreeConfig
     from core.drafter import EagleDrafter
     from core.eagle import Eagle2Decoder
 
-    target = tiny_target("llama")
-    prompt = PROMPT * 3
-    cfg = DecodeConfig(80, tree=TreeConfig(8, 3, 3, 6))
+    target = tiny_target("mistral")
+    prompt = PROMPT + [7] * 12
+    cfg = DecodeConfig(60, tree=TreeConfig(8, 3, 3, 2))
     out, events = run(Eagle2Decoder(target, EagleDrafter(tiny_head(target), target)), prompt, cfg)
     assert out == run(BaselineDecoder(target), prompt, cfg)[0]
     history, copying, kinds = list(prompt) + list(events[0].new_token_ids), False, set()
+    chain_len, longest = 2, 0  # a copy that takes its whole chain doubles the next one, up to 4 x lookup
     for ev in events[1:]:
-        chain = context_draft(history, 6)
+        chain = context_draft(history, min(chain_len, max(2, 60 - (len(history) - len(prompt)))))
         head_step = any(n.source == "head" for n in ev.tree)
         assert head_step == (not (chain and copying)), ev.step
+        if not head_step:
+            assert [n.token_id for n in ev.tree[1:]] == chain, ev.step  # the chain alone, at its grown length
+            longest = max(longest, len(chain))
         kinds.add(head_step)
-        copying = copied(chain, ev.new_token_ids[:-1]) > 0
+        n_copied = copied(chain, ev.new_token_ids[:-1])
+        copying = n_copied > 0
+        chain_len = min(2 * chain_len, cfg.tree.copy_lookup) if chain and n_copied == len(chain) else 2
         history += ev.new_token_ids
     assert kinds == {True, False}
+    assert longest > 2  # a grown chain was verified
+
+
+def test_the_head_reads_every_accepted_token_before_it_proposes():
+    """Copy steps run no head pass: their accepted features wait and the next proposal reads them in one commit.
+    At every proposal the head's cache covers exactly the committed text (pair convention: history - 1 pairs), a
+    copy step commits nothing, and the output stays the baseline's."""
+    from conftest import PROMPT, run, tiny_head, tiny_target
+    from core.baseline import BaselineDecoder
+    from core.config import DecodeConfig, TreeConfig
+    from core.drafter import EagleDrafter
+    from core.eagle import Eagle2Decoder
+
+    class Watching(EagleDrafter):
+        def __init__(self, *a):
+            super().__init__(*a)
+            self.log: list[tuple[str, int]] = []
+
+        def commit(self, st, features, next_ids):
+            self.log.append(("commit", next_ids.shape[1]))
+            return super().commit(st, features, next_ids)
+
+        def propose(self, st, root_token, tree_cfg):
+            self.log.append(("propose", st.length))
+            return super().propose(st, root_token, tree_cfg)
+
+    target = tiny_target("llama")
+    prompt = PROMPT * 3
+    cfg = DecodeConfig(80, tree=TreeConfig(8, 3, 3, 6))
+    dr = Watching(tiny_head(target), target)
+    history, seen, kinds = list(prompt), 0, []
+    for ev in Eagle2Decoder(target, dr).generate(prompt, cfg):
+        calls, seen = dr.log[seen:], len(dr.log)
+        if ev.step == 0:
+            assert calls == [("commit", len(prompt))]  # the prompt's pairs, read at prefill
+        elif any(n.source == "head" for n in ev.tree):  # a head step: one catch-up commit, then the proposal
+            assert [k for k, _ in calls] == ["commit"] * (ev.step > 1) + ["propose"], ev.step
+            assert calls[-1][1] == len(history) - 1, ev.step  # every committed token read, nothing more
+            kinds.append(calls[0][1] if ev.step > 1 else 1)
+        else:  # a copy step: the chain alone, no head pass of any kind
+            assert calls == [] and ev.draft_forwards == 0, ev.step
+            kinds.append(0)
+        history += ev.new_token_ids
+    assert 0 in kinds  # copy steps happened ...
+    assert any(n > 0 and kinds[i - 1] == 0 for i, n in enumerate(kinds) if i)  # ... and the head caught up after one
+    assert history[len(prompt):] == run(BaselineDecoder(target), prompt, cfg)[0]
