@@ -198,6 +198,17 @@ class EagleHead(nn.Module):
 ENGINES = ("sglang", "vllm")
 
 
+def vllm_blockers(fc_bias: bool, reduced_vocab: bool) -> list[str]:
+    """What vLLM's EAGLE-1/2 drafter cannot read, one line each with the training flag that avoids it: an fc bias
+    (its fc has none and its loader raises on unknown names) and a reduced draft vocabulary (it has no d2t)."""
+    out = []
+    if fc_bias:
+        out.append("fc.bias: vLLM builds the EAGLE fc without a bias (train with --no-fc-bias)")
+    if reduced_vocab:
+        out.append("d2t/t2d: vLLM's EAGLE-1/2 drafter drafts over the full vocabulary (train with --draft-vocab 0)")
+    return out
+
+
 def save_head(head: EagleHead, out_dir: str | Path, dtype: torch.dtype = torch.bfloat16,
               engine: str | None = None) -> None:
     """Write config.json + model.safetensors in the official EAGLE-1/2 layout (+ d2t/t2d for a reduced vocab).
@@ -212,11 +223,9 @@ def save_head(head: EagleHead, out_dir: str | Path, dtype: torch.dtype = torch.b
     if engine not in (None, *ENGINES):
         raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     c = head.config
-    blockers = [what for what, present in (("fc.bias", c.bias), (f"a {c.draft_vocab_size}-token draft vocabulary",
-                                                                  c.draft_vocab_size)) if present]
+    blockers = vllm_blockers(c.bias, bool(c.draft_vocab_size))
     if engine == "vllm" and blockers:
-        raise ValueError("vLLM's EAGLE-1/2 drafter reads heads without fc.bias over the full vocabulary; this head "
-                         f"has {' and '.join(blockers)} (train with --no-fc-bias --draft-vocab 0)")
+        raise ValueError("vLLM cannot read this head: " + "; ".join(blockers))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sd = {k: v.detach().to(dtype).contiguous() for k, v in head.state_dict().items()}

@@ -34,6 +34,7 @@ VLLM_EAGLE3_EXTRA = frozenset({"d2t", "t2d", "norm.weight", "lm_head.weight", "f
 
 def vllm_problems(head_dir: str | Path) -> list[str]:
     """What stops vLLM 0.32's EAGLE drafters from loading this head folder unedited (empty list: nothing)."""
+    from core.draft_head import vllm_blockers
     from core.heads import kind_of_folder, weight_names
 
     p = Path(head_dir)
@@ -52,11 +53,7 @@ def vllm_problems(head_dir: str | Path) -> list[str]:
     if kind == "eagle3":
         problems += [f"unknown weight {k} (vLLM's loader raises on it)" for k in sorted(keys - VLLM_EAGLE3_EXTRA)]
         return problems
-    if "fc.bias" in keys:
-        problems.append("fc.bias: vLLM builds the EAGLE fc without a bias (train with --no-fc-bias)")
-    if keys & {"d2t", "t2d"}:
-        problems.append("d2t/t2d: vLLM's EAGLE-1/2 drafter drafts over the full vocabulary (train with "
-                        "--draft-vocab 0)")
+    problems += vllm_blockers("fc.bias" in keys, bool(keys & {"d2t", "t2d"}))
     problems += [f"unknown weight {k} (vLLM's loader raises on it)"
                  for k in sorted(keys - VLLM_EAGLE_KEYS - {"fc.bias", "d2t", "t2d"})]
     problems += [f"missing weight {k}" for k in sorted(VLLM_EAGLE_KEYS - {"embed_tokens.weight", "lm_head.weight"}

@@ -15,6 +15,7 @@ from core.heads import load_any_head, make_drafter
 from core.models import DEFAULT_MODEL, TargetModel, load_target
 from core.presets import get_preset
 
+
 def default_head(model: str | None) -> Path | None:
     """The head the preset registry names for the model (the default model's is static/heads/gemma-3-270m; a hub
     head downloads on first use), if there is one; None for models outside the registry."""

@@ -22,10 +22,11 @@ def counters(metrics) -> dict:
     for m in metrics:
         if m.name in names:
             out[names[m.name]] += int(m.value)
-        elif m.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
-            vals = list(m.values)
+        elif m.name == "vllm:spec_decode_num_accepted_tokens_per_pos":  # one vector per label set
             acc = out["accepted_per_pos"]
-            out["accepted_per_pos"] = [a + b for a, b in zip(acc + [0] * len(vals), vals)] if acc else vals
+            acc += [0] * (len(m.values) - len(acc))
+            for i, v in enumerate(m.values):
+                acc[i] += int(v)
     return out
 
 
