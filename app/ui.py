@@ -127,7 +127,8 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
                                   info="children per expanded node", elem_id="tree-top-k")
                 lookup = gr.Slider(0, lim.lookup, value=min(tree_defaults.lookup, lim.lookup), step=1,
                                    label="Context lookup",
-                                   info="tokens copied from earlier text into the tree (0 = head only)",
+                                   info="tokens copied from earlier text into the tree; doubles while copies "
+                                        "are taken whole, up to 4x (0 = head only)",
                                    elem_id="tree-lookup")
         with gr.Row():
             with gr.Column(elem_classes=["panel"]):

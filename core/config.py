@@ -50,6 +50,7 @@ class SamplingConfig:
 
 
 COPY_GROWTH = 4  # a copy in progress may verify up to 4x `lookup` copied tokens per step (TreeConfig.copy_lookup)
+COPY_MAX = 64  # ... and never more than 64 (the largest `lookup` allowed)
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,8 @@ class TreeConfig:
     @property
     def copy_lookup(self) -> int:
         """The longest chain a copy in progress grows to: `lookup` doubles after each step that accepted its whole
-        chain (core/eagle.py), up to COPY_GROWTH times `lookup`."""
-        return COPY_GROWTH * self.lookup
+        chain (core/eagle.py), up to COPY_GROWTH times `lookup` and at most COPY_MAX."""
+        return min(COPY_GROWTH * self.lookup, max(COPY_MAX, self.lookup))
 
     @property
     def reach(self) -> int:
