@@ -1,9 +1,9 @@
 """EAGLE-2 speculative decoding (arXiv 2406.16858) over a stock transformers target: lossless, greedy or sampled.
 
-Per step: 1 draft a dynamic tree plus the context-lookup chain (the chain alone while a copy is in progress), 2 verify
-it in one target forward, 3 accept (longest greedy match or exact multi-candidate sampling), 4 commit (compact the
-target cache; the accepted features wait for the draft head's next proposal, which reads them all in one pass, so
-copy steps run no head pass at all), 5 emit.
+Per step: 1 draft a dynamic tree plus the context-lookup chain (the chain alone while a copy is in progress, doubling
+while copies are taken whole), 2 verify it in one target forward, 3 accept (longest greedy match or exact
+multi-candidate sampling), 4 commit (compact the target cache; the accepted features wait for the draft head's next
+proposal, which reads them all in one pass, so copy steps run no head pass at all), 5 emit.
 tau = new tokens / target forwards (bonus token included).
 """
 from __future__ import annotations
