@@ -4,7 +4,7 @@ python -m core.bench --questions FILE.jsonl [--categories a,b] [--limit N] [--pe
     --max-new-tokens M
     --methods hf,hf-pld,baseline,eagle2[,eagle2-head,eagle2-chain,lookup,medusa] [--temperature T] [--model M --head H]
     [--tree auto|T,D,K[,L]] [--head-tree T,D,K] [--head-b H2] [--medusa-head M]
-    [--dtype fp32|bf16] [--device D] [--threads N] [--raw] --json OUT [--html OUT] [--seed S]
+    [--dtype fp32|bf16] [--device D] [--threads N] [--raw] --json OUT [--html OUT] [--seed S] [--repeats R]
 
 Protocol (docs/ARCHITECTURE.md §5): batch 1, the first turn of each question as the prompt, one uncounted warm-up
 generation per method on the first prompt, then per prompt every method back to back in rotating order (prompt i
@@ -99,6 +99,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", required=True, help="where to write the results")
     p.add_argument("--html", default=None, help="optional standalone HTML report")
     p.add_argument("--seed", type=int, default=0, help="sampling seed base (prompt seed = seed + question_id)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="rounds per prompt, each method's fastest kept (2+ steadies per-category ratios on a busy box)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
     return p.parse_args(argv)
 
@@ -136,6 +138,8 @@ def validate(a: argparse.Namespace) -> Plan:
         raise BenchError("--per-category, --limit and --threads must be >= 0")
     if a.max_new_tokens < 1:
         raise BenchError(f"--max-new-tokens must be >= 1, got {a.max_new_tokens}")
+    if a.repeats < 1:
+        raise BenchError(f"--repeats must be >= 1, got {a.repeats}")
     if not Path(a.questions).is_file():
         raise BenchError(f"questions file {a.questions!r} not found")
     tree = None if a.tree == "auto" else TreeConfig.parse(a.tree)
@@ -233,13 +237,21 @@ def rotation(methods: tuple[str, ...], i: int) -> tuple[str, ...]:
 
 def run_bench(questions: list[dict], prompts: list[list[int]], runners: dict, methods: tuple[str, ...],
               device: torch.device, seed: int, compare: bool, progress=None, scorers: dict[str, Scorer] | None = None,
-              dtype: torch.dtype | str = "float32") -> list[dict]:
-    """Warm up each method once on the first prompt, then run every prompt with rotating method order."""
+              dtype: torch.dtype | str = "float32", repeats: int = 1) -> list[dict]:
+    """Warm up each method once on the first prompt, then run every prompt with rotating method order, `repeats`
+    rounds per prompt (each round starts one method later), keeping each method's fastest round: a burst of other
+    work on a shared machine then costs a round, not the comparison. The same seed gives the same tokens each round."""
     for m in methods:
         timed(*runners[m], prompts[0], seed + questions[0]["question_id"], device)
     rows: list[dict] = []
     for i, (q, ids) in enumerate(zip(questions, prompts)):
-        outcomes = {m: timed(*runners[m], ids, seed + q["question_id"], device) for m in rotation(methods, i)}
+        outcomes: dict[str, Outcome] = {}
+        for r in range(repeats):
+            for m in rotation(methods, i + r):
+                o = timed(*runners[m], ids, seed + q["question_id"], device)
+                if m not in outcomes or o.seconds < outcomes[m].seconds:
+                    outcomes[m] = o
+        outcomes = {m: outcomes[m] for m in rotation(methods, i)}
         if compare and scorers:
             outcomes = score_divergences(outcomes, ids, scorers)
         rows += prompt_rows(q, outcomes, methods, compare, dtype)
@@ -275,6 +287,7 @@ def machine_config(a: argparse.Namespace, plan: Plan, target, tree: TreeConfig, 
         "hf_pld_tokens": PLD_TOKENS if "hf-pld" in plan.methods else None,
         "protocol": "1 warm-up per method; rotating method order; speedup = ratio of mean tok/s; "
                     "tau = Σ new tokens / Σ target forwards",
+        "repeats": a.repeats,  # rounds per prompt, fastest kept
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
     }
 
@@ -331,7 +344,7 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
     bar, progress = _progress_bar(len(questions), plan.methods)
     try:
         rows = run_bench(questions, prompts, runners, plan.methods, target.device, a.seed, compare, progress,
-                         make_scorers(plan, target, tok, tree), target.dtype)
+                         make_scorers(plan, target, tok, tree), target.dtype, a.repeats)
     finally:
         bar.close()
     head_trained = eagle.drafter.trained

@@ -241,6 +241,7 @@ def test_prompt_uses_chat_template_when_present():
     ["--categories", "poetry"],
     ["--max-new-tokens", "many"],
     ["--methods", "baseline,eagle2-greedy-tree"],  # _args gives a fixed tree: nothing to compare auto's plans with
+    ["--repeats", "0"],
 ])
 def test_bad_arguments_exit_with_one_line(stack, tmp_path, capsys, extra):
     args = _args(stack, tmp_path / "x.json", "--methods", "baseline") + extra
@@ -306,3 +307,23 @@ def test_hf_scorer_reads_generate_logits_and_matches_baseline_margins(stack):
     fake = {"hf": lambda i, t: ([0.5] * len(t), [1.0] * len(t))}
     filled = score_divergences({"baseline": base, "hf": other}, ids, fake)
     assert filled["hf"].margins == (0.5,) * 6 and filled["baseline"] is base
+
+
+def test_repeats_keep_each_methods_fastest_round():
+    """--repeats R runs every prompt R times per method (rotating who goes first) and keeps the fastest round."""
+    from core.bench import Outcome, run_bench
+
+    clock = {"a": iter([3.0, 1.0, 2.0, 5.0]), "b": iter([2.0, 4.0, 1.5, 0.5])}  # warm-up first, then 3 rounds
+    calls: list[str] = []
+
+    def runner(m):
+        def run(ids, seed):
+            calls.append(m)
+            return next(clock[m])
+        return run, lambda secs, _s: Outcome((1, 2), secs, 2, None, (1.0, 1.0), (9.0, 9.0))
+
+    questions = [{"question_id": 1, "category": "qa", "group": "qa", "turns": ["q"]}]
+    rows = run_bench(questions, [[5, 6]], {m: runner(m) for m in "ab"}, ("a", "b"), torch.device("cpu"), 0,
+                     compare=False, repeats=3)
+    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-up, then rounds starting a, b, a
+    assert {r["method"]: r["seconds"] for r in rows} == {"a": 1.0, "b": 0.5}
