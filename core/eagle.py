@@ -105,7 +105,7 @@ class Eagle2Decoder:
                 tops = [row(n) for n in path[:len(new)]]  # new token k was chosen at path[k]: its margin
                 # 4. commit: compact the target cache to the accepted path; the real features wait for the head
                 kv_cache.keep(cache, prefix, path)
-                if drafting:
+                if drafting and not done:  # the head never reads past the last step
                     pending.append((draft_in[:, path], accepted))  # (1, len(path), F): t_i.. paired with t_{i+1}..
                 root = bonus
                 produced += len(new)
