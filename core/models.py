@@ -12,8 +12,9 @@ import os
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, PreTrainedModel
 
+from core import kv_cache
 from core.presets import get_preset
 from core.weights import default_model_dir
 
@@ -80,9 +81,10 @@ class TargetModel:
     def dtype(self) -> torch.dtype:
         return self.model.dtype
 
-    def new_cache(self) -> DynamicCache:
-        """A cache with full-length layers everywhere (no window trimming); owned by one decode call."""
-        return DynamicCache()
+    def new_cache(self) -> Cache:
+        """A cache with full-length growing layers everywhere (no window trimming; core/kv_cache.py); owned by one
+        decode call."""
+        return kv_cache.new_cache()
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """(1, T) ids -> (1, T, H) input embeddings exactly as the target sees them (Gemma's sqrt(H) scale included)."""
@@ -120,7 +122,7 @@ class TargetModel:
     def forward(
         self,
         ids: torch.Tensor,
-        cache: DynamicCache,
+        cache: Cache,
         parents: list[int] | None = None,
         depths: list[int] | None = None,
         anc: torch.Tensor | None = None,

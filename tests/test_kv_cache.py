@@ -4,8 +4,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import PROMPT, tiny_target
+from conftest import PROMPT, run, tiny_head, tiny_target
 from core import kv_cache, tree
+from core.baseline import BaselineDecoder
+from core.config import DecodeConfig, TreeConfig
+from core.drafter import EagleDrafter
+from core.eagle import Eagle2Decoder
 
 PARENTS = [-1, 0, 0, 1, 1, 2, 3, 5, 6]  # 9 nodes, depth up to 4
 PATHS = [
@@ -52,3 +56,51 @@ def test_crop_and_free(tiny_llama):
     torch.testing.assert_close(h[0], h_ref[0, 7:9], rtol=1e-4, atol=1e-4)
     kv_cache.free(cache)
     assert cache.get_seq_length() == 0
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma3"])
+def test_growing_layers_regrow_in_place_and_match_a_fresh_forward(kind, monkeypatch):
+    """Pieces of 3, 1, 1, 5, ... tokens through a cache that starts at 4 slots: every regrowth keeps what was
+    there, the layers hand attention views of exactly the filled slots, and keys equal one fresh forward's."""
+    monkeypatch.setattr(kv_cache, "MIN_CAPACITY", 4)
+    tgt = tiny_target(kind)
+    cache = tgt.new_cache()
+    cuts = [0, 3, 4, 5, 10, 11, 19, len(PROMPT)]
+    for a, b in zip(cuts, cuts[1:]):
+        h, _ = tgt.forward(torch.tensor([PROMPT[a:b]]), cache)
+        layer = cache.layers[0]
+        assert layer.keys.shape[-2] == b <= layer._k.shape[-2] and layer.keys.data_ptr() == layer._k.data_ptr()
+    h_ref, _ = tgt.forward(torch.tensor([PROMPT]), tgt.new_cache())
+    torch.testing.assert_close(h[0, -1], h_ref[0, -1], rtol=1e-4, atol=1e-4)
+    kv_cache.free(cache)
+    assert cache.get_seq_length() == 0 and cache.layers[0]._k is None  # the buffers go, not only the views
+
+
+def test_eagle2_is_lossless_while_the_cache_regrows(monkeypatch):
+    """Tree verifies append N nodes, acceptance moves the path in place: through many regrowths (capacity 4 at
+    first) EAGLE-2 still equals the baseline token for token."""
+    monkeypatch.setattr(kv_cache, "MIN_CAPACITY", 4)
+    tgt = tiny_target("gemma3")
+    head = tiny_head(tgt)
+    cfg = DecodeConfig(40, tree=TreeConfig(10, 3, 3, 4))
+    assert run(Eagle2Decoder(tgt, EagleDrafter(head, tgt)), PROMPT, cfg)[0] == run(BaselineDecoder(tgt), PROMPT, cfg)[0]
+
+
+def test_stack_left_places_each_group_at_the_right_end():
+    tgt = tiny_target("llama")
+    rows = {0: PROMPT[:5], 1: PROMPT[:9], 2: PROMPT[3:8]}  # lengths 5, 9, 5: two groups
+    parts = []
+    for n, group in ((5, [0, 2]), (9, [1])):
+        c = tgt.new_cache()
+        tgt.forward(torch.tensor([rows[r] for r in group]), c)
+        parts.append((group, n, c))
+    singles = {r: tgt.new_cache() for r in rows}
+    for r, c in singles.items():
+        tgt.forward(torch.tensor([rows[r]]), c)
+    cache = kv_cache.stack_left(parts, 3, 9, 16)
+    layer = cache.layers[1]
+    assert layer.keys.shape[-2] == 9 and layer._k.shape[-2] == 16
+    for r, ids in rows.items():
+        pad = 9 - len(ids)
+        assert bool((layer.keys[r, :, :pad] == 0).all())
+        torch.testing.assert_close(layer.keys[r, :, pad:], singles[r].layers[1].keys[0], rtol=1e-5, atol=1e-5)

@@ -28,22 +28,27 @@ from test_generate_cli import word_tokenizer
 from test_train import args, setup  # noqa: F401  (the module fixture: tiny model, prompts, text, questions)
 
 
+@pytest.mark.parametrize("kind,lengths,new", [("llama", (5, 9, 12, 9), 10), ("gemma3", (5, 9, 12, 9), 10),
+                                              ("gemma3", (4, 30, 2, 30), 24), ("mistral", (3, 28, 28, 7), 20)])
 @pytest.mark.parametrize("sample", [False, True])
-def test_generation_keeps_the_teacher_forced_features(sample):
-    target = tiny_target("llama")
+def test_generation_keeps_the_teacher_forced_features(sample, kind, lengths, new):
+    """Rows of several lengths (some equal: prefilled together), left padding in the decode, and for the
+    sliding-window models prompt + continuation past the window (the decode masks then cut old slots)."""
+    target = tiny_target(kind)
     g = torch.Generator().manual_seed(1)
-    enc = [torch.randint(3, 120, (n,), generator=g).tolist() for n in (5, 9, 12)]  # left padding of 7 and 3
+    enc = [torch.randint(3, 120, (n,), generator=g).tolist() for n in lengths]
     taps = Eagle3Head.tap_layers(target.num_layers)
-    seqs = generate_batch(target, enc, 10, sample, 0, taps)
+    seqs = generate_batch(target, enc, new, sample, 0, taps, tokens_per_forward=40)  # several prefill chunks
     for (ids, feat, tp), e in zip(seqs, enc):
-        assert ids[: len(e)] == e and len(ids) == len(e) + 9  # the last sampled token was never fed
+        assert ids[: len(e)] == e and len(ids) == len(e) + new - 1  # the last sampled token was never fed
         (ref_ids, ref_feat, ref_taps), = features(target, [ids], taps)
         assert feat.shape == (len(ids), target.hidden_size) and tp.shape == (len(ids), 3 * target.hidden_size)
         torch.testing.assert_close(feat.float(), ref_feat.float(), atol=2e-2, rtol=2e-2)
         torch.testing.assert_close(tp.float(), ref_taps.float(), atol=2e-2, rtol=2e-2)
     if not sample:  # greedy continuations are the target's own greedy tokens
-        base, _ = run(BaselineDecoder(target), enc[0], DecodeConfig(9))
-        assert seqs[0][0][len(enc[0]):] == base
+        for (ids, _, _), e in zip(seqs, enc):
+            base, _ = run(BaselineDecoder(target), e, DecodeConfig(new - 1))
+            assert ids[len(e):] == base
 
 
 def test_generation_stops_a_row_after_its_eos():
