@@ -51,6 +51,22 @@ def test_generation_keeps_the_teacher_forced_features(sample, kind, lengths, new
             assert ids[len(e):] == base
 
 
+@pytest.mark.parametrize("kind", ["llama", "mistral"])
+def test_prefill_features_keep_row_order_and_equal_one_row_forwards(kind):
+    """Rows of one length share an unpadded forward (here at most 10 tokens a forward, so some go alone); each
+    row's features are those of its own forward, in the order given, and past the sliding window too."""
+    target = tiny_target(kind)
+    g = torch.Generator().manual_seed(2)
+    seqs = [torch.randint(3, 120, (n,), generator=g).tolist() for n in (5, 9, 5, 12, 5, 20)]
+    rows = features(target, seqs, tokens_per_forward=10)
+    for s, (ids, feat, _) in zip(seqs, rows):
+        (_, ref, _), = features(target, [s])
+        assert ids == s and feat.shape == (len(s), target.hidden_size)
+        torch.testing.assert_close(feat.float(), ref.float(), atol=2e-2, rtol=2e-2)
+        h, _ = target.forward(torch.tensor([s]), target.new_cache())
+        torch.testing.assert_close(feat.float(), h[0].float(), atol=2e-2, rtol=2e-2)
+
+
 def test_generation_stops_a_row_after_its_eos():
     target = tiny_target("llama")
     enc = [PROMPT[:6], PROMPT[:8]]
