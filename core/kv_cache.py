@@ -19,7 +19,14 @@ MIN_CAPACITY = 256  # slots allocated at least (a short prompt plus its first st
 
 class GrowingLayer(DynamicLayer):
     """A DynamicLayer that appends in place. `keys` / `values` are always (B, heads, n, D) views of the first n
-    slots of (B, heads, capacity, D) buffers; when full, the buffers double (amortised O(1) copies per token)."""
+    slots of (B, heads, capacity, D) buffers; when full, the buffers double (amortised O(1) copies per token).
+    The buffers are inference tensors: forwards that write them run under torch.inference_mode(), as every
+    caller here does."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._k = self._v = None
+        self._n = 0
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
@@ -52,7 +59,8 @@ class GrowingLayer(DynamicLayer):
         self.keys, self.values = self._k[..., :length, :], self._v[..., :length, :]
 
     def keep(self, prefix: int, idx: torch.Tensor) -> None:
-        """Slots [0, prefix) plus slots idx (ascending, all >= prefix), moved in place to follow the prefix."""
+        """Slots [0, prefix) plus slots idx (all >= prefix), moved in place to follow the prefix (index_select
+        copies the sources first, so overlapping source and destination slots are safe)."""
         with torch.inference_mode():  # the buffers were made by an inference-mode forward
             self._k[..., prefix : prefix + len(idx), :] = self._k.index_select(-2, idx)
             self._v[..., prefix : prefix + len(idx), :] = self._v.index_select(-2, idx)
@@ -97,6 +105,9 @@ def stack_left(parts: list[tuple[list[int], int, Cache]], batch: int, width: int
     out = new_cache()
     first = parts[0][2]
     for i, layer in enumerate(first.layers):
+        if not layer.is_initialized:  # a layer without its own K/V (shared with another layer)
+            out.layers.append(GrowingLayer())
+            continue
         k0, v0 = layer.keys, layer.values  # (b, heads, length, D)
         k = k0.new_zeros((batch, k0.shape[1], capacity, k0.shape[-1]))
         v = v0.new_zeros((batch, v0.shape[1], capacity, v0.shape[-1]))

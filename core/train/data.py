@@ -71,12 +71,12 @@ def generate_batch(target: TargetModel, enc: list[list[int]], new_tokens: int, s
                    taps: tuple[int, ...] = (), tokens_per_forward: int = 4096) -> list[Sequence]:
     """Batched generation that keeps the features of every token it feeds (no second forward).
 
-    enc: token ids per row, any lengths. Each row's sequence is its prompt plus the continuation up to and including
+    enc: token ids per row, non-empty, any lengths. Each row's sequence is its prompt plus the continuation up to and including
     EOS; the last sampled token is dropped unless it was fed (its feature would need one more forward). Features are
     the post-norm last hidden states the generation itself computed, so they match what the decoder sees at
     inference (incremental steps), and `taps` (HF hidden_states indices) adds the EAGLE-3 layer inputs, concatenated.
 
-    No forward sees padding it has to compute: rows of one length are prefilled together without a mask (SDPA's
+    No prefill computes padding: rows of one length are prefilled together without a mask (SDPA's
     causal kernel, about 2,700 tokens/s for the default model on 2 CPU cores against about 1,000 for a left-padded
     48-row prefill with its mask), their caches are stacked left-padded into one growing cache
     (`kv_cache.stack_left`), and every decode step hides the padding with boolean masks built here from one
@@ -105,6 +105,7 @@ def generate_batch(target: TargetModel, enc: list[list[int]], new_tokens: int, s
                 prompt_feat[r], last[r] = hid[j], hid[j, -1]
                 prompt_taps[r] = tp[j] if taps else None
             parts.append((chunk, n, cache))
+            del out, tp  # every layer's hidden states when taps are on: not kept past the chunk
     cache = kv_cache.stack_left(parts, B, width, width + new_tokens)
     valid = torch.zeros(B, width + new_tokens, dtype=torch.bool, device=dev)  # (B, L): slots a row may attend
     for r, n in enumerate(lens):
@@ -154,7 +155,8 @@ def generate_batch(target: TargetModel, enc: list[list[int]], new_tokens: int, s
 def decode_masks(target: TargetModel, valid: torch.Tensor) -> dict[str, torch.Tensor] | torch.Tensor:
     """(B, L) slots each row may attend -> boolean (B, 1, 1, L) masks for a one-token decode step, per layer type
     (sliding-window layers also drop slots `sliding_window` or more behind the new token; left padding shifts every
-    row's positions alike, so the window is the same in slots as in positions)."""
+    row's positions alike, so the window is the same in slots as in positions). Boolean masks mean "may attend"
+    to SDPA, the attention load_target selects; an eager attention would add them to the scores instead."""
     full = valid[:, None, None, :]
     win = target.sliding_window
     if not win or valid.shape[1] <= win:
