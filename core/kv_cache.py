@@ -98,10 +98,12 @@ def new_cache() -> Cache:
     return Cache(layer_class_to_replicate=GrowingLayer)
 
 
-def stack_left(parts: list[tuple[list[int], int, Cache]], batch: int, width: int, capacity: int) -> Cache:
-    """One left-padded (batch, ...) growing cache from caches of row groups: each part is (rows, length, cache of
-    those rows' unpadded prefill), placed at slots [width - length, width) of its rows; padding slots are zero
-    and must be masked by the caller. Room for `capacity` slots, so decoding appends without regrowth."""
+def stack_left(parts: list[tuple[list[int], int, Cache]], lengths: list[int], width: int, capacity: int) -> Cache:
+    """One left-padded (len(lengths), ...) growing cache from caches of row chunks: each part is (rows, chunk width,
+    cache of those rows' left-padded prefill), placed at slots [width - chunk width, width) of its rows. Every slot
+    before a row's own `lengths[r]` tokens is zeroed (a chunk's padding slots hold whatever its pad tokens made) and
+    must be masked by the caller. Room for `capacity` slots, so decoding appends without regrowth."""
+    batch = len(lengths)
     out = new_cache()
     first = parts[0][2]
     for i, layer in enumerate(first.layers):
@@ -115,6 +117,9 @@ def stack_left(parts: list[tuple[list[int], int, Cache]], batch: int, width: int
             idx = torch.tensor(rows, device=k.device)
             k[idx, :, width - n : width] = cache.layers[i].keys
             v[idx, :, width - n : width] = cache.layers[i].values
+        for r, n in enumerate(lengths):
+            k[r, :, : width - n] = 0
+            v[r, :, : width - n] = 0
         grown = GrowingLayer()
         grown.lazy_initialization(k0, v0)
         grown._k, grown._v = k, v

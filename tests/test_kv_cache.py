@@ -97,7 +97,7 @@ def test_stack_left_places_each_group_at_the_right_end():
     singles = {r: tgt.new_cache() for r in rows}
     for r, c in singles.items():
         tgt.forward(torch.tensor([rows[r]]), c)
-    cache = kv_cache.stack_left(parts, 3, 9, 16)
+    cache = kv_cache.stack_left(parts, [5, 9, 5], 9, 16)
     layer = cache.layers[1]
     assert layer.keys.shape[-2] == 9 and layer._k.shape[-2] == 16
     for r, ids in rows.items():
