@@ -88,6 +88,8 @@ def open_page(browser, url):
     pg.set_default_timeout(60_000)
     pg.goto(url)
     pg.wait_for_selector("#prompt textarea")
+    for lane in ("#baseline-output", "#eagle-output"):  # Gradio can render the lanes a moment after the prompt
+        pg.wait_for_selector(lane, state="visible")
     return ctx, pg
 
 
