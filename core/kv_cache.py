@@ -131,31 +131,23 @@ def stack_left(parts: list[tuple[list[int], int, Cache]], lengths: list[int], wi
 
 
 def keep(cache: Cache, prefix: int, path: list[int]) -> None:
-    """Keep cache rows [0, prefix) plus rows prefix + path[i] (path ascending, path[0] = root = 0)."""
+    """Keep cache rows [0, prefix) plus rows prefix + path[i] (path ascending, path[0] = root = 0); `cache` comes
+    from new_cache()."""
     n_keep = len(path)
     if path == list(range(n_keep)):  # accepted nodes already sit right after the prefix
         crop(cache, prefix + n_keep)
         return
     idx = torch.tensor(path, device=cache.layers[0].keys.device) + prefix
     for layer in cache.layers:
-        if not layer.is_initialized:
-            continue
-        if isinstance(layer, GrowingLayer):
+        if layer.is_initialized:
             layer.keep(prefix, idx)
-            continue
-        layer.keys = torch.cat([layer.keys[..., :prefix, :], layer.keys.index_select(-2, idx)], dim=-2)
-        layer.values = torch.cat([layer.values[..., :prefix, :], layer.values.index_select(-2, idx)], dim=-2)
 
 
 def crop(cache: Cache, length: int) -> None:
-    """Truncate every layer to `length` entries."""
+    """Truncate every layer of a new_cache() cache to `length` entries."""
     for layer in cache.layers:
         if layer.is_initialized and layer.keys.shape[-2] > length:
-            if isinstance(layer, GrowingLayer):
-                layer.truncate(length)
-            else:
-                layer.keys = layer.keys[..., :length, :]
-                layer.values = layer.values[..., :length, :]
+            layer.truncate(length)
 
 
 def free(cache: Cache) -> None:

@@ -23,7 +23,7 @@ from core.eagle3_head import Eagle3Head
 from core.heads import load_any_head
 from core.models import TargetModel
 from core.train.__main__ import main
-from core.train.data import features, generate_batch, load_shards, plan_batches
+from core.train.data import features, generate_batch, load_shards, padded_chunks, plan_batches
 from test_generate_cli import word_tokenizer
 from test_train import args, setup  # noqa: F401  (the module fixture: tiny model, prompts, text, questions)
 
@@ -54,8 +54,8 @@ def test_generation_keeps_the_teacher_forced_features(sample, kind, lengths, new
 
 @pytest.mark.parametrize("kind", ["llama", "mistral"])
 def test_prefill_features_keep_row_order_and_equal_one_row_forwards(kind):
-    """Rows of one length share an unpadded forward (here at most 10 tokens a forward, so some go alone); each
-    row's features are those of its own forward, in the order given, and past the sliding window too."""
+    """Rows go in right-padded chunks of at most 10 padded tokens (so some go alone); each row's features are
+    those of its own forward, in the order given, and past the sliding window too."""
     target = tiny_target(kind)
     g = torch.Generator().manual_seed(2)
     seqs = [torch.randint(3, 120, (n,), generator=g).tolist() for n in (5, 9, 5, 12, 5, 20)]
@@ -66,6 +66,12 @@ def test_prefill_features_keep_row_order_and_equal_one_row_forwards(kind):
         torch.testing.assert_close(feat.float(), ref.float(), atol=2e-2, rtol=2e-2)
         h, _ = target.forward(torch.tensor([s]), target.new_cache())
         torch.testing.assert_close(feat.float(), h[0].float(), atol=2e-2, rtol=2e-2)
+
+
+def test_padded_chunks_stay_within_the_budget_in_order():
+    lens = [3, 9, 2, 2, 12, 4]
+    assert padded_chunks(lens, range(6), 10) == [[0], [1], [2, 3], [4], [5]]  # 9 x 2 > 10; 12 alone over budget
+    assert padded_chunks(lens, [2, 3, 0, 5, 1, 4], 12) == [[2, 3, 0], [5], [1], [4]]  # sorted: 3 x 3 <= 12 < 4 x 4
 
 
 def test_generation_stops_a_row_after_its_eos():

@@ -15,6 +15,7 @@ import json
 import random
 import time
 from pathlib import Path
+from typing import Iterable
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -91,12 +92,7 @@ def generate_batch(target: TargetModel, enc: list[list[int]], new_tokens: int, s
     parts, last = [], [None] * B  # (rows, chunk width, cache); per row its last prompt feature (H,)
     prompt_feat: list = [None] * B
     prompt_taps: list = [None] * B
-    i = 0
-    while i < B:
-        j = i + 1
-        while j < B and lens[order[j]] * (j + 1 - i) <= tokens_per_forward:
-            j += 1
-        chunk = order[i:j]
+    for chunk in padded_chunks(lens, order, tokens_per_forward):
         w = lens[chunk[-1]]  # the chunk's own width (rows sorted ascending)
         ids = torch.tensor([[0] * (w - lens[r]) + enc[r] for r in chunk], device=dev)  # (b, w) left-padded
         att = torch.tensor([[0] * (w - lens[r]) + [1] * lens[r] for r in chunk], device=dev)
@@ -110,7 +106,6 @@ def generate_batch(target: TargetModel, enc: list[list[int]], new_tokens: int, s
             prompt_taps[r] = tp[k, w - lens[r]:] if taps else None
         parts.append((chunk, w, cache))
         del out, tp  # every layer's hidden states when taps are on: not kept past the chunk
-        i = j
     cache = kv_cache.stack_left(parts, lens, width, width + new_tokens)
     valid = torch.zeros(B, width + new_tokens, dtype=torch.bool, device=dev)  # (B, L): slots a row may attend
     for r, n in enumerate(lens):
@@ -186,12 +181,8 @@ def features(target: TargetModel, seqs: list[list[int]], taps: tuple[int, ...] =
     its own unpadded forward measured slower on those rows (2,086 tokens/s; 58 lengths, many small forwards).
     """
     out_rows: list[Sequence] = []
-    i = 0
-    while i < len(seqs):
-        j = i + 1
-        while j < len(seqs) and max(len(s) for s in seqs[i : j + 1]) * (j + 1 - i) <= tokens_per_forward:
-            j += 1
-        chunk = seqs[i:j]
+    for idx in padded_chunks([len(s) for s in seqs], range(len(seqs)), tokens_per_forward):
+        chunk = [seqs[i] for i in idx]
         width = max(len(s) for s in chunk)
         ids = torch.tensor([s + [0] * (width - len(s)) for s in chunk], device=target.device)  # (b, S)
         att = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in chunk], device=target.device)
@@ -200,8 +191,22 @@ def features(target: TargetModel, seqs: list[list[int]], taps: tuple[int, ...] =
         tp = torch.cat([out.hidden_states[k] for k in taps], -1) if taps else None  # (b, S, 3H)
         out_rows += [(s, hid[r, : len(s)].to(torch.bfloat16).cpu(),
                       tp[r, : len(s)].to(torch.bfloat16).cpu() if taps else None) for r, s in enumerate(chunk)]
-        i = j
     return out_rows
+
+
+def padded_chunks(lens: list[int], order: Iterable[int], budget: int) -> list[list[int]]:
+    """Consecutive runs of `order` (indices into lens) whose padded size, longest length x rows, stays within
+    `budget` tokens; a row longer than the budget goes alone. The forwards of generate_batch and features()."""
+    chunks: list[list[int]] = []
+    width = 0
+    for i in order:
+        if chunks and max(width, lens[i]) * (len(chunks[-1]) + 1) <= budget:
+            chunks[-1].append(i)
+            width = max(width, lens[i])
+        else:
+            chunks.append([i])
+            width = lens[i]
+    return chunks
 
 
 def plan_batches(rows: list[dict], tok, batch: int, max_prompt: int, max_text: int, prefill_share: float,
@@ -211,7 +216,7 @@ def plan_batches(rows: list[dict], tok, batch: int, max_prompt: int, max_text: i
     Each batch is {"kind": "generate"|"prefill", "enc": [ids...], "sample": bool, "seed": int}. Prompts are
     continued by the target (on-policy) unless drawn into the prefill share (the prompt's own text, teacher-forced);
     text rows and `ids` rows (sequences of an earlier run, --reprefill) are always prefilled. Rows are sorted by
-    token length before batching, so a batch holds similar lengths (rows of one length share a prefill forward).
+    token length before batching, so a batch holds similar lengths and its padded prefill chunks pad little.
     """
     rng = random.Random(seed)
     gen_rows, pre_rows = [], []
