@@ -86,6 +86,17 @@ class GrowingLayer(DynamicLayer):
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         self.batch_select_indices(beam_idx)
 
+    def offload(self) -> None:  # move the buffers, not only the views (else the next update writes stale ones)
+        if self.is_initialized and self._k is not None:
+            self._k, self._v = self._k.to("cpu", non_blocking=True), self._v.to("cpu", non_blocking=True)
+            self.truncate(self._n)
+
+    def prefetch(self) -> None:
+        if self.is_initialized and self._k is not None and self._k.device != self.device:
+            self._k = self._k.to(self.device, non_blocking=True)
+            self._v = self._v.to(self.device, non_blocking=True)
+            self.truncate(self._n)
+
     def reset(self) -> None:
         self._k = self._v = None  # the buffers go too, not only the views
         self._n = 0

@@ -95,3 +95,22 @@ def test_app_handler_on_cuda():
     assert len(s1["baseline_token_ids"]) == 16
     views = list(pg.stream("Once upon a time", 16, 0.0, 1.0, 0, 16, 6, 6, 10))
     assert "token-identical" in views[-1][OUTPUTS.index("stats")]
+
+
+def test_offloaded_growing_cache_moves_its_buffers():
+    """transformers' layer offloading moves `keys` / `values` to the CPU and back; a growing layer moves its buffers
+    with them, so the views stay on the buffers and the next append lands where attention reads it."""
+    from core import kv_cache
+
+    tgt = TargetModel(copy.deepcopy(tiny_model("llama")).to("cuda"), name="tiny-llama")
+    cache = tgt.new_cache()
+    tgt.forward(torch.tensor([PROMPT[:9]], device="cuda"), cache)
+    for layer in cache.layers:
+        layer.offload()
+        assert layer._k.device.type == "cpu" and layer.keys.data_ptr() == layer._k.data_ptr()
+        layer.prefetch()
+        assert layer._k.device.type == "cuda" and layer.keys.data_ptr() == layer._k.data_ptr()
+    h, _ = tgt.forward(torch.tensor([PROMPT[9:12]], device="cuda"), cache)
+    h_ref, _ = tgt.forward(torch.tensor([PROMPT[:12]], device="cuda"), tgt.new_cache())
+    torch.testing.assert_close(h[0], h_ref[0, 9:12], rtol=1e-4, atol=1e-4)
+    kv_cache.free(cache)
