@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
-# The shipped Gemma 3 270M draft head, from nothing: two data rounds of `python -m core.train`.
+# The shipped Gemma 3 270M draft head, from nothing: three data rounds of `python -m core.train`.
 # Every stage resumes from its --out folder, so an interrupted run continues where it stopped.
 # Round 1: 2,880 short prompts and text passages (prompts cut at 320 tokens), trained from scratch.
 # Round 2: every training prompt of at least 1,500 characters kept whole (passages and documents with their
 #          instruction at the end), trained together with round 1's shards, starting from round 1's head.
+# Round 3: 8,064 training prompts drawn with a new seed from the whole pool (prompts of rounds 1-2 may come back,
+#          with new cuts and continuations), cut at 512 tokens and continued by the target in batches of 96 (160 new
+#          tokens, 70 % greedy / 30 % sampled; 84 shards, 1.85M tokens, 1.2M of them generated); round 2's head
+#          fine-tuned one epoch on them; --snapshots 3 keeps heads along the way for the curve of tau against data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m core.train --out runs/gemma-3-270m --head-out runs/gemma-3-270m/head \
   --n-prompts 3000 --n-text 600 --max-shards 60 --batch 48 --max-prompt 320 --new-tokens 144 --max-text 768 \
   --sample-share 0.3 --epochs 4 --ttt-steps 2 --lr 2e-3 --p-weight 0.5 --tokens-per-batch 2048 --draft-vocab 12288 \
   --eval-per-category 2 --eval-max-new 64
-python -m core.train --out runs/gemma-3-270m-long --head-out static/heads/gemma-3-270m \
+python -m core.train --out runs/gemma-3-270m-long --head-out runs/gemma-3-270m-long/head \
   --init runs/gemma-3-270m/head --extra-shards runs/gemma-3-270m/shards \
   --n-prompts 816 --n-text 0 --min-prompt-chars 1500 --batch 48 --max-prompt 1024 --new-tokens 144 \
   --sample-share 0.3 --seed 1 --epochs 1.5 --ttt-steps 2 --lr 5e-4 --p-weight 0.5 --tokens-per-batch 4096 \
   --max-len 1280 --draft-vocab 12288 --eval-per-category 2 --eval-max-new 64
+python -m core.train --head-type eagle --out runs/g4-data --data-only \
+  --n-prompts 14000 --n-text 0 --max-shards 84 --batch 96 --max-prompt 512 --new-tokens 160 \
+  --sample-share 0.3 --prefill-share 0.0 --seed 4
+python -m core.train --head-type eagle --out runs/gemma-3-270m-r3 --head-out static/heads/gemma-3-270m \
+  --init runs/gemma-3-270m-long/head --skip-data --extra-shards runs/g4-data/shards --n-prompts 1 --n-text 0 \
+  --epochs 1 --ttt-steps 2 --lr 1e-3 --p-weight 0.5 --tokens-per-batch 4096 --max-len 768 --draft-vocab 12288 \
+  --snapshots 3 --eval-per-category 2 --eval-max-new 64
