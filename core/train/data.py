@@ -196,7 +196,8 @@ def features(target: TargetModel, seqs: list[list[int]], taps: tuple[int, ...] =
 
 def padded_chunks(lens: list[int], order: Iterable[int], budget: int) -> list[list[int]]:
     """Consecutive runs of `order` (indices into lens) whose padded size, longest length x rows, stays within
-    `budget` tokens; a row longer than the budget goes alone. The forwards of generate_batch and features()."""
+    `budget` tokens; a row longer than the budget goes alone. The forwards of generate_batch and features(), and
+    the training batches of fit.batches()."""
     chunks: list[list[int]] = []
     width = 0
     for i in order:

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from core.draft_head import EagleHead
 from core.eagle3_head import Eagle3Head
+from core.train.data import padded_chunks
 from core import medusa
 
 
@@ -44,17 +45,9 @@ class FitConfig:
 
 def batches(seqs: list[tuple[torch.Tensor, torch.Tensor]], cfg: FitConfig, rng: random.Random) -> list[list[int]]:
     """Length-bucketed batches of sequence indices with about tokens_per_batch tokens each."""
-    order = sorted(range(len(seqs)), key=lambda i: (min(len(seqs[i][0]), cfg.max_len), rng.random()))
-    out, cur, width = [], [], 0
-    for i in order:
-        n = min(len(seqs[i][0]), cfg.max_len)
-        if cur and max(width, n) * (len(cur) + 1) > cfg.tokens_per_batch:
-            out.append(cur)
-            cur, width = [], 0
-        cur.append(i)
-        width = max(width, n)
-    if cur:
-        out.append(cur)
+    lens = [min(len(s[0]), cfg.max_len) for s in seqs]
+    order = sorted(range(len(seqs)), key=lambda i: (lens[i], rng.random()))
+    out = padded_chunks(lens, order, cfg.tokens_per_batch)
     rng.shuffle(out)
     return out
 
