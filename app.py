@@ -15,7 +15,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--head", default=None, help="EAGLE draft-head folder (default: the one shipped for the model)")
     p.add_argument("--medusa-head", default=None, help="Medusa head folder for the token-level lane (default: shipped)")
     p.add_argument("--device", default=None, help="cuda | mps | cpu (default: best available)")
-    p.add_argument("--dtype", default=None, help="bf16 | fp16 | fp32 (default: bf16)")
+    p.add_argument("--dtype", default=None, help="bf16 | fp16 | fp32 | auto (default: on CPU the faster one, timed)")
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1, or $GRADIO_SERVER_NAME)")
     p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
     p.add_argument("--share", action="store_true", help="also open a temporary public *.gradio.live link")
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phone-home calls (offline machines)
     from app.inputs import Limits
-    from app.startup import auto_or_parse, compare_decoders, configure_logging, warm_up
+    from app.startup import auto_or_parse, compare_decoders, configure_logging, dtype_note, warm_up
     from app.ui import build_demo, serve
     from core.pipeline import build_decoders
 
@@ -49,12 +49,12 @@ def main(argv: list[str] | None = None) -> None:
     print(f"[eagle-playground] loading model {args.model or 'default'}, head {args.head or 'default'} ...", flush=True)
     target, tok, baseline, eagle = build_decoders(args.model, args.head, args.device, args.dtype,
                                                   trust_remote_code=args.trust_remote_code)
-    print(f"[eagle-playground] loaded {target.name} on {target.device} ({target.dtype}) in "
+    print(f"[eagle-playground] loaded {target.name} on {target.device} ({dtype_note(target)}) in "
           f"{time.perf_counter() - t0:.1f} s; warming up ...", flush=True)
     compare = compare_decoders(target, args.medusa_head)  # the token-level lanes (Medusa, lookup)
     warm_up(tok, baseline, eagle, *compare.values())
     tree = auto_or_parse(args.tree, eagle, tok)
-    info = f"Target **{target.name}** · {target.device.type} · {str(target.dtype).removeprefix('torch.')}"
+    info = f"Target **{target.name}** · {target.device.type} · {dtype_note(target, short=True)}"
     demo = build_demo(tok, baseline, eagle, info=info + (f" · head `{args.head}`" if args.head else ""),
                       max_new_tokens=args.max_new_tokens_cap, max_prompt_tokens=args.max_prompt_tokens, tree=tree,
                       prompt_mode=args.prompt_mode, system=args.system,

@@ -51,6 +51,7 @@ from core.autotree import choose_tree
 from core.config import DecodeConfig, SamplingConfig, TreeConfig
 
 from core.exactness import classify, first_difference
+from core.kernels import cpu_description
 from core.timing import now
 from core.bench_questions import BenchError, read_questions, select_questions  # noqa: F401  (re-exported)
 from core.bench_runners import (  # noqa: F401  (re-exported: tests and scripts import them from here)
@@ -92,7 +93,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="total_tokens,depth,top_k for the head-alone methods (eagle2-head, eagle2-head-b, medusa; lookup "
                         "is always 0 there), so eagle2 can run at 'auto' while the heads are compared at a fixed "
                         "tree (default: the run's tree)")
-    p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 (default: the loader's choice)")
+    p.add_argument("--dtype", default=None,
+                   help="fp32 | bf16 | fp16 | auto (default auto: on CPU the faster of bf16 and fp32 here)")
     p.add_argument("--device", default=None, help="cuda | mps | cpu (default: best available)")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--raw", action="store_true", help="feed raw text even when the tokenizer has a chat template")
@@ -271,10 +273,10 @@ def machine_config(a: argparse.Namespace, plan: Plan, target, tree: TreeConfig, 
     chain = chain_tree(tree)
     return {
         "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "cpu_count": os.cpu_count()},
+                    "cpu": cpu_description(), "cpu_count": os.cpu_count()},
         "torch": torch.__version__, "transformers": transformers.__version__, "torch_threads": torch.get_num_threads(),
         "dtype": str(target.dtype).removeprefix("torch."), "device": str(target.device),
-        "model": target.name, "loader": loader,
+        "dtype_timing_ms": target.dtype_timing, "model": target.name, "loader": loader,
         "tree": {"spec": a.tree, **asdict(tree), **tree_info},
         "chain_tree": asdict(chain) if "eagle2-chain" in plan.methods else None,
         "head_tree": asdict(replace(plan.head_tree or tree, lookup=0)) if "eagle2-head" in plan.methods else None,

@@ -41,7 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="total_tokens,depth,top_k[,lookup]: tree nodes per step (root included), draft levels, "
                         "branching per expanded node, context-lookup tokens (0 = off); the same syntax as the app "
                         "and core.bench (default %(default)s)")
-    p.add_argument("--dtype", default=None, help="fp32 | bf16 | fp16 | auto (default: bf16, fp16 on old GPUs)")
+    p.add_argument("--dtype", default=None,
+                   help="fp32 | bf16 | fp16 | auto (default auto: on CPU the faster of bf16 and fp32 here; bf16 on GPUs)")
     p.add_argument("--device", default=None, help="cpu | cuda | mps | auto (default: auto)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text + summary")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")

@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, PreTrainedModel
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Cache, PreTrainedModel
 
-from core import kv_cache
+from core import kernels, kv_cache
 from core.presets import get_preset
 from core.weights import default_model_dir
 
@@ -42,36 +42,21 @@ class TargetModel:
         eos = eos if eos is not None else cfg.eos_token_id
         self.eos_ids: frozenset[int] = frozenset(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
         self.max_positions: int = int(getattr(cfg, "max_position_embeddings", 8192) or 8192)
-        self.vocab_major = self._time_lm_head()  # bf16 on CPU: which LM-head orientation is faster on this machine
+        self.vocab_major = self._time_lm_head()  # CPU: which LM-head orientation is faster on this machine
+        self.dtype_timing: dict[str, float] | None = None  # set by load_target when it timed bf16 against fp32
 
-    @torch.inference_mode()
-    def _time_lm_head(self, rounds: int = 5) -> bool:
-        """True when the vocabulary-major product (torch.mv for one row, W @ h^T for several) beats linear()'s
-        h @ W^T here, timed now on this machine for 1 and 8 rows (about half a second for a 262k-token head).
-
-        Only bf16 heads without bias on CPU are candidates: oneDNN's choice of kernel for the two orientations
-        depends on the processor (AMX or not), so the faster one is measured, never assumed. One decision covers
-        both row counts, so a one-token step and a tree verify keep using the same orientation.
+    def _time_lm_head(self) -> bool:
+        """True when the vocabulary-major product (torch.mv for one row, W @ h^T for several) measured faster than
+        linear()'s h @ W^T for this head on this machine (core/kernels.py). Candidates: bf16 and fp32 heads
+        without bias on CPU; oneDNN's kernel for each orientation depends on the processor, so it is never assumed.
         """
         head = self.model.get_output_embeddings()
         w = head.weight  # (V, H)
-        if w.dtype != torch.bfloat16 or w.device.type != "cpu" or getattr(head, "bias", None) is not None:
+        if (w.dtype not in (torch.bfloat16, torch.float32) or w.device.type != "cpu"
+                or getattr(head, "bias", None) is not None):
             return False
-        import time
-
-        h1, h8 = torch.randn(w.shape[1], dtype=w.dtype), torch.randn(8, w.shape[1], dtype=w.dtype)
-        candidates = {
-            True: (lambda: torch.mv(w, h1), lambda: w @ h8.T),
-            False: (lambda: torch.nn.functional.linear(h1, w), lambda: torch.nn.functional.linear(h8, w)),
-        }
-        best = {k: [float("inf"), float("inf")] for k in candidates}
-        for r in range(rounds):
-            for k in ((True, False) if r % 2 == 0 else (False, True)):  # alternate who goes first
-                for i, f in enumerate(candidates[k]):
-                    t0 = time.perf_counter()
-                    f()
-                    best[k][i] = min(best[k][i], time.perf_counter() - t0)
-        return sum(best[True]) <= sum(best[False])
+        with torch.inference_mode():
+            return kernels.vocab_major_is_faster(w)
 
     @property
     def device(self) -> torch.device:
@@ -98,11 +83,11 @@ class TargetModel:
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., H) post-norm features -> (..., V) logits through the target's LM head.
 
-        In bf16 on CPU, when start-up timing found it faster here (`vocab_major`), the product runs with the
-        vocabulary as the GEMM's row dimension: torch.mv for one row, W @ h^T (a transposed view comes back) for
-        several. On an AMX Xeon oneDNN ran that orientation 1.25-1.45x faster than linear()'s h @ W^T for a (V, H)
-        head, and one row's logits are bitwise those of linear() (README, "Where the time goes"). Otherwise, and
-        for other dtypes and devices, the head module runs as is.
+        On CPU (bf16 or fp32), when start-up timing found it faster here (`vocab_major`), the product runs with
+        the vocabulary as the GEMM's row dimension: torch.mv for one row, W @ h^T (a transposed view comes back)
+        for several. On an AMX Xeon oneDNN ran that orientation 1.25-1.45x faster than linear()'s h @ W^T in bf16
+        (README, "Where the time goes"); on an AVX2-only EPYC 2x faster in fp32 for 16 rows (core/kernels.py).
+        Otherwise, and on other devices, the head module runs as is.
         """
         head = self.model.get_output_embeddings()
         w = head.weight  # (V, H)
@@ -204,7 +189,8 @@ def pick_device(name: str | None = None) -> torch.device:
 
 
 def pick_dtype(name: str | None, device: torch.device) -> torch.dtype:
-    """bf16 by default (fast on AMX CPUs and Ampere+ GPUs); fp32/fp16 on request."""
+    """The named dtype, or by default ("auto"/None) bf16, fp16 on GPUs without bf16. (On CPU load_target instead
+    times bf16 against fp32 for the model's shapes and takes the faster: core/kernels.py.)"""
     table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
              "fp16": torch.float16, "float16": torch.float16}
     if name and name != "auto":
@@ -239,10 +225,17 @@ def load_target(
     """Load (TargetModel, tokenizer). Hub ids download only when the user names them (needs network)."""
     path = resolve_model(name)
     dev = pick_device(device)
-    dt = pick_dtype(dtype, dev)
+    timing = None
+    if dev.type == "cpu" and dtype in (None, "auto"):  # time bf16 against fp32 on this processor
+        cfg = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code).get_text_config(decoder=True)
+        dt, timing = kernels.fastest_cpu_dtype(cfg)
+    else:
+        dt = pick_dtype(dtype, dev)
     model = AutoModelForCausalLM.from_pretrained(
         path, dtype=dt, attn_implementation="sdpa", trust_remote_code=trust_remote_code
     ).to(dev)
     model.eval()
     tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    return TargetModel(model, name=name or DEFAULT_MODEL), tok
+    target = TargetModel(model, name=name or DEFAULT_MODEL)
+    target.dtype_timing = timing
+    return target, tok

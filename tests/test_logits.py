@@ -48,17 +48,40 @@ def test_lm_head_orientation_is_chosen_by_timing_it(monkeypatch):
     """The vocabulary-major product is used only where it measured faster: slow it down and linear() wins."""
     import time
 
-    assert TargetModel(copy.deepcopy(tiny_model("llama")), name="fp32").vocab_major is False  # fp32: never a candidate
     mv = torch.mv
     monkeypatch.setattr(torch, "mv", lambda *a: time.sleep(0.003) or mv(*a))
     assert bf16_target("llama").vocab_major is False
+    assert TargetModel(copy.deepcopy(tiny_model("llama")), name="fp32").vocab_major is False  # fp32 too
     monkeypatch.setattr(torch.nn.functional, "linear", lambda *a: time.sleep(0.003))
     assert bf16_target("llama").vocab_major is True
+    assert TargetModel(copy.deepcopy(tiny_model("llama")), name="fp32").vocab_major is True
 
 
-def test_fp32_logits_are_the_module_output(tiny_llama):
+@pytest.mark.parametrize("vocab_major", [True, False])
+def test_fp32_logits_are_the_module_output(tiny_llama, vocab_major):
+    """One row is bitwise the module's in either orientation; several rows are the module's (vocabulary-major:
+    up to fp32 rounding, the GEMM accumulates in another order)."""
+    tiny_llama.vocab_major = vocab_major
     h = torch.randn(3, tiny_llama.hidden_size, generator=torch.Generator().manual_seed(1))
-    assert torch.equal(tiny_llama.logits(h), tiny_llama.model.get_output_embeddings()(h))
+    ref = tiny_llama.model.get_output_embeddings()(h)
+    assert torch.equal(tiny_llama.logits(h[0]), tiny_llama.model.get_output_embeddings()(h[0]))
+    if vocab_major:
+        torch.testing.assert_close(tiny_llama.logits(h), ref, rtol=1e-5, atol=1e-5)
+    else:
+        assert torch.equal(tiny_llama.logits(h), ref)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fp32_greedy_eagle2_equals_baseline_with_the_vocab_major_head(kind):
+    """fp32 with the LM head vocabulary-major (what start-up timing picks on an AVX2-only CPU): long accepted
+    chunks (oracle drafts) and still the baseline's tokens, token for token."""
+    tgt = TargetModel(copy.deepcopy(tiny_model(kind)), name=f"tiny-{kind}")
+    tgt.eos_ids, tgt.vocab_major = frozenset(), True
+    cfg = DecodeConfig(max_new_tokens=48, tree=TreeConfig(total_tokens=12, depth=4, top_k=3, lookup=4))
+    ref, _ = run(BaselineDecoder(tgt), PROMPT, cfg)
+    out, events = run(Eagle2Decoder(tgt, OracleDrafter(tiny_head(tgt), tgt, PROMPT + ref, seed=2)), PROMPT, cfg)
+    assert max(len(e.new_token_ids) for e in events) >= 3
+    assert out == ref
 
 
 @pytest.mark.parametrize("v", [1, 2, 700, PEAK_BLOCK, 3 * PEAK_BLOCK, 3 * PEAK_BLOCK + 5])

@@ -66,7 +66,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--data-only", action="store_true", help="stop after writing the shards (e.g. to train elsewhere)")
     p.add_argument("--init", default=None, help="start from this head folder (same draft vocabulary) instead of random")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--dtype", default="auto",
+                   help="bf16 | fp16 | fp32 | auto (default auto: on CPU the faster of bf16 and fp32 here, timed)")
     return p.parse_args(argv)
 
 
