@@ -45,14 +45,14 @@ def compare_decoders(target, medusa_head: str | Path | None = None) -> dict:
 
 
 def dtype_note(target, short: bool = False) -> str:
-    """"fp32" or, when load_target timed bf16 against fp32 on this CPU, "fp32 (the faster here: bf16 773 ms, fp32
-    265 ms)" (ms of a one-token step plus a 16-node verify); short: "fp32 (timed faster here)"."""
+    """"fp32" or, when load_target timed bf16 against fp32 on this CPU, "fp32; timed here: bf16 837 ms, fp32 291 ms
+    per step + verify" (a one-token step plus a 16-node verify); short: "fp32 (timed faster here)"."""
     name, timed = short_name(target.dtype), target.dtype_timing
     if not timed:
         return name
     if short:
         return f"{name} (timed faster here)"
-    return f"{name} (the faster here: " + ", ".join(f"{k} {v:.0f} ms" for k, v in timed.items()) + ")"
+    return f"{name}; timed here: " + ", ".join(f"{k} {v:.0f} ms" for k, v in timed.items()) + " per step + verify"
 
 
 def configure_logging(level: str) -> None:

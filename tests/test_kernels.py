@@ -52,3 +52,14 @@ def test_cpu_description_names_the_processor():
     assert isinstance(desc, str)
     if desc:  # Linux: "<model name> · <widest bf16-relevant feature>"
         assert desc.split(" · ")[-1] in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") or "·" not in desc
+
+
+def test_the_app_says_which_dtype_was_timed():
+    from types import SimpleNamespace
+
+    from app.startup import dtype_note
+
+    timed = SimpleNamespace(dtype=torch.float32, dtype_timing={"bf16": 837.3, "fp32": 290.9})
+    assert dtype_note(timed) == "fp32; timed here: bf16 837 ms, fp32 291 ms per step + verify"
+    assert dtype_note(timed, short=True) == "fp32 (timed faster here)"
+    assert dtype_note(SimpleNamespace(dtype=torch.bfloat16, dtype_timing=None)) == "bf16"  # named: no timing

@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     from core.eagle3_head import Eagle3Config, Eagle3Head, init_eagle3_head, save_eagle3_head
     from core.heads import kind_of, load_any_head
     from core.medusa import MedusaConfig, init_medusa_head, save_medusa_head
+    from core.kernels import cpu_description
     from core.models import DEFAULT_MODEL, load_target
     from core.train.data import (build_shards, draft_vocab, load_shards, read_pool, shard_counts,
                                  token_counts)
@@ -260,8 +261,8 @@ def main(argv: list[str] | None = None) -> int:
                      "curve": curve},
         "wall_seconds_this_run": round(time.time() - t0, 1),
         "hardware": {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
-                     "torch_threads": torch.get_num_threads(), "device": str(target.device),
-                     "dtype": str(target.dtype)},
+                     "cpu": cpu_description(), "torch_threads": torch.get_num_threads(),
+                     "device": str(target.device), "dtype": str(target.dtype), "dtype_timing_ms": target.dtype_timing},
         "evaluation": {"questions": Path(a.eval_questions).name,
                        "note": "evaluation only, never trained on; default tree without context lookup (head alone)",
                        "prompt_mode": mode,
