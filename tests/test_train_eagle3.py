@@ -154,3 +154,19 @@ def test_sampled_picks_follow_the_softmax():
     p = torch.softmax(logits[0], -1)
     assert torch.all((freq - p).abs() < 4 * torch.sqrt(p * (1 - p) / len(picks)) + 1e-3)
     assert torch.equal(_pick(logits[:3], False, torch.Generator()), torch.tensor([4, 4, 4]))
+
+
+def test_the_generation_lm_head_gives_linears_logits_in_either_orientation(monkeypatch):
+    """generate_batch's LM head (core/train/data.batch_lm_head): whichever orientation timing picks, contiguous
+    (B, V) logits equal to linear()'s up to summation order."""
+    from core.train import data
+
+    gen = torch.Generator().manual_seed(0)
+    w, h = torch.randn(300, 16, generator=gen), torch.randn(5, 16, generator=gen)
+    for major in (True, False):
+        monkeypatch.setattr(data, "_vocab_major_batch", lambda *a, m=major: m)
+        out = data.batch_lm_head(w, 5)(h)
+        assert out.shape == (5, 300) and out.is_contiguous()
+        torch.testing.assert_close(out, torch.nn.functional.linear(h, w))
+    monkeypatch.undo()
+    assert data._vocab_major_batch(300, 16, torch.float32, 5) in (True, False)  # the real timing runs
