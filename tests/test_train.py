@@ -118,6 +118,8 @@ def test_second_round_trains_on_earlier_shards_from_the_first_head(setup, tmp_pa
     card = json.loads((second / "head" / "training.json").read_text())
     n_first = json.loads((first / "head" / "training.json").read_text())["data"]["sequences"]
     assert card["data"]["extra_shards"] == {str(first / "shards"): n_first}
+    stored = card["data"]["extra_stored"][str(first / "shards")]  # what those shards hold, for the data count
+    assert stored["tokens"] > stored["generated"] > 0
     assert card["data"]["sequences"] == n_first + 4 and card["data"]["init"] == str(first / "head")
     assert card["training"]["max_len"] == 24
     assert card["init_card"] == json.loads((first / "head" / "training.json").read_text())  # the whole recipe
