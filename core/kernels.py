@@ -9,6 +9,7 @@ each one's best time (a warm-up round included).
   the choice cannot change a token beyond the rounding that already differs between row counts.
 - `fastest_cpu_dtype`: bf16 or fp32 for a CPU model loaded without an explicit dtype. fp32 is the exact reference,
   so it is chosen whenever it is at least as fast; bf16 only where the processor makes it faster.
+- `bf16_matmul_is_faster`: whether head training on CPU runs under bf16 autocast or in plain fp32.
 
 Measured on an AMD EPYC with AVX2 only (2 threads, 2026-12-02; README "When the processor has no bf16 units"): a
 16-row product with Gemma 3 270M's (262144, 640) head took 463 ms in bf16 and 124 ms in fp32 (vocabulary-major;
@@ -89,6 +90,16 @@ def fastest_cpu_dtype(config, rounds: int = 3) -> tuple[torch.dtype, dict[str, f
     ms = {name: 1e3 * _step_seconds(dt, hidden, intermediate, vocab, body, rounds)
           for name, dt in (("bf16", torch.bfloat16), ("fp32", torch.float32))}
     return (torch.bfloat16 if ms["bf16"] < ms["fp32"] else torch.float32), ms
+
+
+def bf16_matmul_is_faster(hidden: int, rows: int = 1024, cols: int = 8192, rounds: int = 2) -> bool:
+    """True when a training-shaped product, (rows, hidden) x (hidden, cols), runs faster in bf16 than in fp32
+    here: whether bf16 autocast speeds training up on this CPU (AMX) or slows it down (AVX2 only)."""
+    gen = torch.Generator().manual_seed(0)
+    a, w = torch.randn(rows, hidden, generator=gen), torch.randn(cols, hidden, generator=gen)
+    a16, w16 = a.to(torch.bfloat16), w.to(torch.bfloat16)
+    best = fastest({"bf16": lambda: F.linear(a16, w16), "fp32": lambda: F.linear(a, w)}, rounds)
+    return best["bf16"] < best["fp32"]
 
 
 def cpu_description() -> str:

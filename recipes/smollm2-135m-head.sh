@@ -6,7 +6,8 @@
 # an interruption.
 # Round 1: 960 answers at batch 48, 3 epochs from scratch (about 13 minutes of generation and 30 of training on
 #          2 CPU cores; the soft cross-entropy runs over all 49,152 tokens).
-# Round 2: the default head's recipe: 1,920 new answers (another seed) generated at batch 96 with 160 new tokens,
+# Round 2: the default head's recipe: 1,152 new answers (12 batches of a 1,920-prompt plan, another seed) generated
+#          at batch 96 with 160 new tokens,
 #          round 1's head fine-tuned one epoch on them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,6 @@ python -m core.train --model smollm2-135m-instruct --chat --out runs/smollm2-vll
   --eval-per-category 10 --eval-max-new 64
 python -m core.train --model smollm2-135m-instruct --chat --out runs/smollm2-r2 \
   --head-out static/heads/smollm2-135m-instruct --init runs/smollm2-vllm/head --n-prompts 1920 --n-text 0 \
-  --max-shards 20 --batch 96 --max-prompt 320 --new-tokens 160 --sample-share 0.3 --seed 2 --epochs 1 \
+  --max-shards 12 --batch 96 --max-prompt 320 --new-tokens 160 --sample-share 0.3 --seed 2 --epochs 1 \
   --ttt-steps 2 --lr 1e-3 --p-weight 0.5 --tokens-per-batch 4096 --draft-vocab 0 --no-fc-bias \
   --eval-questions ../shared/data/mt_bench_questions.jsonl --eval-per-category 10 --eval-max-new 64

@@ -161,3 +161,16 @@ def test_medusa_trains_from_the_same_shards_and_decodes_losslessly(setup, tmp_pa
     cfg = DecodeConfig(60, tree=TreeConfig(8, 3, 3))
     dec = Eagle2Decoder(target, make_drafter(head, target))
     assert dec.method == "medusa" and run(dec, PROMPT, cfg)[0] == run(BaselineDecoder(target), PROMPT, cfg)[0]
+
+
+def test_training_autocasts_to_bf16_only_where_bf16_measured_faster(setup, tmp_path, monkeypatch):
+    """On a CPU without bf16 units bf16 autocast made head training more than 20x slower; fit() times it first
+    (core.kernels.bf16_matmul_is_faster) and the card says which precision trained the head."""
+    from core import kernels
+
+    for faster, expected in ((True, "bf16"), (False, "no")):
+        monkeypatch.setattr(kernels, "bf16_matmul_is_faster", lambda *a, f=faster, **k: f)
+        assert main(args(setup, tmp_path / expected, 1)) == 0
+        card = json.loads((tmp_path / expected / "head" / "training.json").read_text())
+        assert card["training"]["mixed_precision"] == expected
+    assert kernels.bf16_matmul_is_faster(16, rows=8, cols=32, rounds=1) in (True, False)  # the real timing runs

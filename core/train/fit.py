@@ -25,7 +25,7 @@ from tqdm import tqdm
 from core.draft_head import EagleHead
 from core.eagle3_head import Eagle3Head
 from core.train.data import padded_chunks
-from core import medusa
+from core import kernels, medusa
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,9 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
     """
     from accelerate import Accelerator
 
-    acc = Accelerator(mixed_precision="bf16")
+    acc = Accelerator(mixed_precision="no")  # autocast is ours (below): accelerate's state is one per process
+    on_cpu = acc.device.type == "cpu"  # GPUs keep bf16 autocast; a CPU gets it only where it measured faster
+    mixed = "bf16" if not on_cpu or kernels.bf16_matmul_is_faster(w_draft.shape[1]) else "no"  # AMX yes, AVX2 no
     rng = random.Random(cfg.seed)
     plan = batches(seqs, cfg, rng)
     total_steps = max(1, int(len(plan) * cfg.epochs))
@@ -167,7 +169,7 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
     while step < total_steps:
         idx = plan[step % len(plan)]
         ids, feat, valid, taps = collate(seqs, idx, cfg.max_len)
-        with acc.autocast():
+        with torch.autocast(acc.device.type, dtype=torch.bfloat16, enabled=mixed == "bf16"):
             if is_medusa:  # token-level heads on the clean last feature; per head (soft CE, top-1)
                 loss, pl, ac = medusa.losses(head, w_draft, feat, valid)
                 vl = []
@@ -196,6 +198,6 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
                 snapshot(acc.unwrap_model(head), step, total_steps)
     bar.close()
     head = acc.unwrap_model(head).eval()
-    return {"steps": total_steps, "batches_per_epoch": len(plan), "epochs": cfg.epochs,
+    return {"steps": total_steps, "batches_per_epoch": len(plan), "epochs": cfg.epochs, "mixed_precision": mixed,
             "train_seconds": round(elapsed0 + time.time() - t_start, 1), "first": first, "final": last,
             "tokens": int(sum(min(len(s[0]), cfg.max_len) for s in seqs))}
