@@ -59,3 +59,24 @@ def test_readme_bench_commands_parse(argv):
 @pytest.mark.parametrize("argv", commands(README, "core.generate"))
 def test_readme_generate_commands_parse(argv):
     assert generate.decode_config(generate.parse_args(argv)).max_new_tokens >= 1
+
+
+SOURCES = [(p.name, argv) for p in RECIPES for argv in commands(p.read_text(encoding="utf-8"), "core.train.sources")]
+
+
+@pytest.mark.parametrize("where,argv", SOURCES, ids=[f"{w}-{i}" for i, (w, _) in enumerate(SOURCES)])
+def test_source_commands_parse_and_pass_the_range_checks(where, argv):
+    from core.train import sources
+
+    assert check_sources(sources, argv) is None, (where, argv)
+
+
+def check_sources(sources, argv):
+    return sources.check_args(sources.parse_args(argv))
+
+
+def test_sources_range_checks_refuse_bad_values():
+    from core.train import sources
+
+    assert "--temperature" in check_sources(sources, ["--out", "x.jsonl", "--temperature", "0"])
+    assert "--n" in check_sources(sources, ["--out", "x.jsonl", "--n", "0"])

@@ -174,3 +174,78 @@ def test_training_autocasts_to_bf16_only_where_bf16_measured_faster(setup, tmp_p
         card = json.loads((tmp_path / expected / "head" / "training.json").read_text())
         assert card["training"]["mixed_precision"] == expected
     assert kernels.bf16_matmul_is_faster(16, rows=8, cols=32, rounds=1) in (True, False)  # the real timing runs
+
+
+def test_extend_vocab_adds_the_most_frequent_missing_ids():
+    from core.train.data import extend_vocab
+
+    seqs = [(torch.tensor([1, 1, 1, 7, 7, 9, 3, 3, 3, 3]),)]
+    ids, coverage = extend_vocab(seqs, torch.tensor([3, 50]), 2, 64)
+    assert ids.tolist() == [1, 3, 7, 50]  # 1 (3 uses) and 7 (2 uses) join; 9 (1 use) does not fit
+    assert coverage == pytest.approx(9 / 10)
+    ids, _ = extend_vocab(seqs, torch.tensor([3, 50]), 10, 64)
+    assert ids.tolist() == [1, 3, 7, 9, 50]  # never ids the data does not use
+
+
+def test_extended_vocabulary_round_keeps_the_weights_and_decodes_losslessly(setup, tmp_path):
+    first = tmp_path / "first"
+    assert main(args(setup, first, 1) + ["--draft-vocab", "24"]) == 0
+    second = tmp_path / "second"
+    more = ["--init", str(first / "head"), "--extend-vocab", "16", "--n-text", "0", "--n-prompts", "4",
+            "--draft-vocab", "24", "--epochs", "0.01"]
+    assert main(args(setup, second, 1) + more) == 0
+    old, new = load_head(first / "head"), load_head(second / "head")
+    assert set(old.vocab_ids.tolist()) < set(new.vocab_ids.tolist()) and len(new.vocab_ids) <= 24 + 16
+    card = json.loads((second / "head" / "training.json").read_text())
+    assert card["draft_vocab"]["size"] == len(new.vocab_ids) and card["draft_vocab"]["extended_by"] == 16
+    target = TargetModel(tiny_model("llama").eval())
+    cfg = DecodeConfig(40, tree=TreeConfig(8, 4, 3))
+    assert run(Eagle2Decoder(target, EagleDrafter(new, target)), PROMPT, cfg)[0] == run(
+        BaselineDecoder(target), PROMPT, cfg)[0]
+
+
+def test_extend_vocab_needs_an_init_eagle_head(setup, tmp_path, capsys):
+    assert main(args(setup, tmp_path / "run", 1) + ["--extend-vocab", "8"]) == 2
+    assert "--extend-vocab" in capsys.readouterr().err
+
+
+def test_german_sources_are_filtered_and_wrapped_as_translation_prompts():
+    import random
+
+    from core.train.sources import TEMPLATES, first_sentences, reads_german, translation_prompt
+
+    assert first_sentences("Die Stadt plant einen neuen Bahnhof. Er soll 2030 fertig sein. Mehr dazu\nx") == (
+        "Die Stadt plant einen neuen Bahnhof. Er soll 2030 fertig sein.")
+    assert first_sentences("Die Stadt plant\nund mehr.") is None  # no complete sentence on the first line
+    assert first_sentences("Zu kurz.") is None
+    assert reads_german("Die Stadt plant einen neuen Bahnhof, der im Jahr 2030 fertig sein soll.")
+    assert not reads_german("The city plans a new station that should be finished in 2030.")
+    assert not reads_german("Die <em>Stadt</em> plant einen neuen Bahnhof in der Mitte.")
+    rng = random.Random(0)
+    prompts = [translation_prompt("Das ist ein Satz.", rng) for _ in range(200)]
+    assert all("Das ist ein Satz." in p for p in prompts)
+    assert {p for p in prompts} == {t.format(s="Das ist ein Satz.") for t, _ in TEMPLATES}
+    share = sum(p.startswith("Translate German to English: ") for p in prompts) / len(prompts)
+    assert 0.45 < share < 0.75
+
+
+def test_sampling_temperature_sharpens_towards_greedy():
+    from core.train.data import _pick
+
+    logits = torch.tensor([[0.0, 1.0, 2.0, 0.5]]).repeat(4000, 1)
+    g = torch.Generator().manual_seed(0)
+    hot = (_pick(logits, True, g, 1.0) == 2).float().mean()
+    cold = (_pick(logits, True, g, 0.3) == 2).float().mean()
+    assert 0.52 < hot < 0.64 and cold > 0.92  # softmax([0,1,2,.5]) gives 2 about 0.58; at T=0.3 about 0.96
+
+
+def test_sources_stop_with_one_line_when_the_model_writes_no_german(setup, tmp_path, capsys):
+    from core.train import sources
+
+    out = tmp_path / "de" / "prompts.jsonl"
+    argv = ["--model", str(setup["model"]), "--out", str(out), "--n", "4", "--batch", "2", "--new-tokens", "6",
+            "--dtype", "fp32"]
+    assert sources.main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after the weights' loading bar
+    assert err.startswith("error: only 0 of 16 samples read as German")
+    assert not out.exists() and len(list(Path(str(out) + ".parts").glob("batch_*.json"))) == 8  # resumable parts

@@ -51,6 +51,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="keep N heads along the way and measure tau of each at T=0 (a curve of tau against data)")
     p.add_argument("--chat", action="store_true", help="wrap prompts in the model's chat template")
     p.add_argument("--draft-vocab", type=int, default=16384, help="draft vocabulary size (0 = full)")
+    p.add_argument("--extend-vocab", type=int, default=0, metavar="N",
+                   help="with --init (EAGLE-1/2): add the N most frequent tokens of the data that the head's draft "
+                        "vocabulary lacks (a new kind of text, e.g. another language)")
     p.add_argument("--no-fc-bias", action="store_true",
                    help="EAGLE-1/2 head without fc.bias (the layout vLLM's EAGLE drafter reads; with --draft-vocab 0 "
                         "the export loads there unedited)")
@@ -79,6 +82,8 @@ def check_args(a: argparse.Namespace) -> str | None:
         a.ttt_steps = 7 if a.head_type == "eagle3" else 3
     if a.no_fc_bias and a.head_type != "eagle":
         return "--no-fc-bias applies to --head-type eagle (EAGLE-3 and Medusa heads have no fc.bias to drop)"
+    if a.extend_vocab and (a.head_type != "eagle" or not a.init or not a.draft_vocab):
+        return "--extend-vocab grows the draft vocabulary of an --init EAGLE-1/2 head (--head-type eagle, --draft-vocab > 0)"
     if a.head_type == "eagle3" and a.ttt_steps < 5:
         return f"--ttt-steps must be >= 5 for an EAGLE-3 head, got {a.ttt_steps}"
     for name in ("n_prompts", "batch", "max_prompt", "new_tokens", "max_text", "tokens_per_batch", "ttt_steps",
@@ -86,7 +91,7 @@ def check_args(a: argparse.Namespace) -> str | None:
         if getattr(a, name) < 1:
             return f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}"
     for name in ("n_text", "max_shards", "draft_vocab", "eval_per_category", "eval_max_new", "seed",
-                 "min_prompt_chars", "snapshots"):
+                 "min_prompt_chars", "snapshots", "extend_vocab"):
         if getattr(a, name) < 0:
             return f"--{name.replace('_', '-')} must be >= 0, got {getattr(a, name)}"
     for name in ("epochs", "lr"):
@@ -110,15 +115,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"core.train: error: {problem}", file=sys.stderr)
         return 2
     from core.config import TreeConfig
-    from core.draft_head import HeadConfig, init_head, save_head
+    from core.draft_head import EagleHead, HeadConfig, init_head, save_head
     from core.heads import make_drafter
     from core.eagle3_head import Eagle3Config, Eagle3Head, init_eagle3_head, save_eagle3_head
     from core.heads import kind_of, load_any_head
     from core.medusa import MedusaConfig, init_medusa_head, save_medusa_head
     from core.kernels import cpu_description
     from core.models import DEFAULT_MODEL, load_target
-    from core.train.data import (build_shards, draft_vocab, load_shards, read_pool, shard_counts,
-                                 token_counts)
+    from core.train.data import (build_shards, draft_vocab, extend_vocab, load_shards, read_pool,
+                                 shard_counts, token_counts)
     from core.train.evaluate import measure, sample_questions
     from core.train.fit import FitConfig, fit
 
@@ -195,6 +200,13 @@ def main(argv: list[str] | None = None) -> int:
             head = start.float()
         head.load_state_dict(start.state_dict())
         log(f"initialised from {a.init}")
+    if a.extend_vocab:
+        old = len(head.vocab_ids)
+        ids, coverage = extend_vocab(seqs, head.vocab_ids, a.extend_vocab, target.vocab_size)
+        grown = EagleHead(replace(head.config, draft_vocab_size=len(ids)), ids)
+        grown.load_state_dict(head.state_dict())  # no weight depends on the vocabulary
+        head = grown.float()
+        log(f"draft vocab extended {old} -> {len(ids)}; covers {coverage:.4f} of tokens")
     w_draft = w[head.vocab_ids] if a.draft_vocab else w
     cfg = FitConfig(epochs=a.epochs, lr=a.lr, ttt_steps=a.ttt_steps, tokens_per_batch=a.tokens_per_batch,
                     p_weight=a.p_weight, seed=a.seed, max_len=a.max_len)
@@ -250,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
                  "throughput_this_run": data_stats, "eagle3_taps": list(taps),
                  "generation": None if a.skip_data else {"max_prompt": a.max_prompt, "new_tokens": a.new_tokens,
                                                          "sampled_share": a.sample_share}},
-        "draft_vocab": {"size": a.draft_vocab or target.vocab_size, "token_coverage": round(coverage, 4)},
+        "draft_vocab": {"size": len(head.vocab_ids) if a.draft_vocab or a.extend_vocab else target.vocab_size,
+                        "token_coverage": round(coverage, 4), "extended_by": a.extend_vocab or None},
         "training": {**summary, "lr": a.lr, "max_len": a.max_len, "ttt_steps": a.ttt_steps,
                      "tokens_per_batch": a.tokens_per_batch,
                      "loss": {"eagle3": "soft CE against the target (draft vocab), own LM head, steps weighted 0.8^j",

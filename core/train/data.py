@@ -54,8 +54,8 @@ def read_pool(prompts: str | None, text: str | None, n_prompts: int, n_text: int
 Sequence = tuple[list[int], torch.Tensor, torch.Tensor | None]  # ids (S,), feat (S, H) bf16, taps (S, 3H) bf16
 
 
-def _pick(logits: torch.Tensor, sample: bool, gen: torch.Generator) -> torch.Tensor:
-    """(B, V) logits -> (B,) next ids: greedy by torch.max, sampled at T=1 by the inverse CDF.
+def _pick(logits: torch.Tensor, sample: bool, gen: torch.Generator, temperature: float = 1.0) -> torch.Tensor:
+    """(B, V) logits -> (B,) next ids: greedy by torch.max, sampled at `temperature` by the inverse CDF.
 
     torch.max over a contiguous (B, V) row is several times faster than argmax on this CPU (README, "Where the time
     goes"). Sampling draws one uniform per row against the cumulative softmax: at batch 48 over Gemma's 262k
@@ -64,20 +64,23 @@ def _pick(logits: torch.Tensor, sample: bool, gen: torch.Generator) -> torch.Ten
     """
     if not sample:
         return logits.max(-1).indices
-    cdf = torch.softmax(logits.float(), -1).cumsum(-1)  # (B, V)
+    cdf = torch.softmax(logits.float() / temperature, -1).cumsum(-1)  # (B, V)
     u = torch.rand(len(cdf), 1, generator=gen, device=cdf.device) * cdf[:, -1:]
     return torch.searchsorted(cdf, u)[:, 0].clamp(max=cdf.shape[-1] - 1)
 
 
 @torch.inference_mode()
 def generate_batch(target: TargetModel, enc: list[list[int]], new_tokens: int, sample: bool, seed: int,
-                   taps: tuple[int, ...] = (), tokens_per_forward: int = 4096) -> list[Sequence]:
+                   taps: tuple[int, ...] = (), tokens_per_forward: int = 4096,
+                   temperature: float = 1.0) -> list[Sequence]:
     """Batched generation that keeps the features of every token it feeds (no second forward).
 
     enc: token ids per row, non-empty, any lengths. Each row's sequence is its prompt plus the continuation up to and including
     EOS; the last sampled token is dropped unless it was fed (its feature would need one more forward). Features are
     the post-norm last hidden states the generation itself computed, so they match what the decoder sees at
     inference (incremental steps), and `taps` (HF hidden_states indices) adds the EAGLE-3 layer inputs, concatenated.
+    `temperature` applies when `sample` is set (training data samples at 1; core/train/sources.py writes source
+    sentences at a lower one).
 
     Prefill runs in chunks of rows sorted by length, each left-padded to its own width and at most
     `tokens_per_forward` padded tokens (a chunk of one length gets no mask at all: transformers skips an all-ones
@@ -124,7 +127,7 @@ def generate_batch(target: TargetModel, enc: list[list[int]], new_tokens: int, s
         logits = lm_head(hid_last)  # (B, V) contiguous
         if target.softcap:
             logits = torch.tanh(logits / target.softcap) * target.softcap
-        ids = _pick(logits, sample, gen)[:, None]  # (B, 1)
+        ids = _pick(logits, sample, gen, temperature)[:, None]  # (B, 1)
         fed_ids.append(ids[:, 0])
         slots = width + step + 1  # cache length once this token is in
         valid[:, slots - 1] = True
@@ -351,6 +354,26 @@ def draft_vocab(seqs: list[tuple], size: int, vocab: int,
     score = counts.double() + (1e-6 * prior.double() / max(1.0, float(prior.max())) if prior is not None else 0.0)
     top = torch.topk(score, min(size, vocab)).indices.sort().values
     return top, float(counts[top].sum() / counts.sum())
+
+
+def extend_vocab(seqs: list[tuple], vocab_ids: torch.Tensor, n: int, vocab: int) -> tuple[torch.Tensor, float]:
+    """`vocab_ids` plus the `n` most frequent ids of the data it lacks (sorted ascending), and the share of data
+    tokens the result covers.
+
+    An EAGLE-1/2 head predicts a feature and scores it against the target's LM-head rows of its draft vocabulary,
+    so adding rows changes no trained weight: a head fine-tuned on a new kind of text (another language) keeps its
+    vocabulary and gains the tokens that text needs, at the cost of a larger draft LM head.
+    """
+    counts = torch.zeros(vocab, dtype=torch.long)
+    for ids, *_ in seqs:
+        counts += torch.bincount(ids, minlength=vocab)
+    have = torch.zeros(vocab, dtype=torch.bool)
+    have[vocab_ids] = True
+    missing = counts.masked_fill(have, -1)
+    add = torch.topk(missing, min(n, int((~have).sum()))).indices
+    add = add[missing[add] > 0]  # never add ids the data does not use
+    ids = torch.cat([vocab_ids.cpu(), add]).sort().values
+    return ids, float(counts[ids].sum() / max(1, int(counts.sum())))
 
 
 def token_counts(tok, rows: list[dict], vocab: int) -> torch.Tensor:
