@@ -341,6 +341,14 @@ def shard_counts(out_dir: Path) -> dict:
     return {"tokens": tokens, "generated": generated}
 
 
+def data_counts(seqs: list[tuple], vocab: int) -> torch.Tensor:
+    """(vocab,) token frequencies of stored sequences (ids first in each tuple)."""
+    counts = torch.zeros(vocab, dtype=torch.long)
+    for ids, *_ in seqs:
+        counts += torch.bincount(ids, minlength=vocab)
+    return counts
+
+
 def draft_vocab(seqs: list[tuple], size: int, vocab: int,
                 prior: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
     """Most frequent `size` token ids of the data (sorted ascending) and the share of data tokens they cover.
@@ -348,9 +356,7 @@ def draft_vocab(seqs: list[tuple], size: int, vocab: int,
     `prior` (token counts of the whole text pool, tokenized only) breaks ties among ids the generated data never
     used, so a small run still gets a sensible vocabulary.
     """
-    counts = torch.zeros(vocab, dtype=torch.long)
-    for ids, *_ in seqs:
-        counts += torch.bincount(ids, minlength=vocab)
+    counts = data_counts(seqs, vocab)
     score = counts.double() + (1e-6 * prior.double() / max(1.0, float(prior.max())) if prior is not None else 0.0)
     top = torch.topk(score, min(size, vocab)).indices.sort().values
     return top, float(counts[top].sum() / counts.sum())
@@ -364,9 +370,7 @@ def extend_vocab(seqs: list[tuple], vocab_ids: torch.Tensor, n: int, vocab: int)
     so adding rows changes no trained weight: a head fine-tuned on a new kind of text (another language) keeps its
     vocabulary and gains the tokens that text needs, at the cost of a larger draft LM head.
     """
-    counts = torch.zeros(vocab, dtype=torch.long)
-    for ids, *_ in seqs:
-        counts += torch.bincount(ids, minlength=vocab)
+    counts = data_counts(seqs, vocab)
     have = torch.zeros(vocab, dtype=torch.bool)
     have[vocab_ids] = True
     missing = counts.masked_fill(have, -1)
