@@ -44,7 +44,7 @@ import torch
 
 from core.bench_report import (  # noqa: F401  (re-exported: the pure arithmetic lives there)
     acceptance_table, category_table, mean_tokens_per_s, pooled_tau, spec_bench_speedup, step_table, summarize_rows,
-    summary_table, write_html,
+    summary_table, vocab_table, write_html,
 )
 from core import pipeline
 from core.autotree import choose_tree
@@ -187,8 +187,26 @@ def divergence_record(reference: Outcome, o: Outcome, dtype: torch.dtype | str) 
     return {k: v for k, v in d.as_dict().items() if k != "label"}
 
 
-def make_row(q: dict, method: str, o: Outcome, reference: Outcome | None, dtype: torch.dtype | str = "float32") -> dict:
-    """One per_prompt row; `reference` = baseline's outcome when compared (T = 0), else None."""
+def draft_vocab_masks(methods: tuple[str, ...], eagle=None, eagle_b=None, medusa=None) -> dict[str, torch.Tensor]:
+    """Method -> (V,) bool CPU mask of the target ids its head can draft, for methods whose head drafts over a reduced
+    vocabulary (EAGLE-1/2 `--draft-vocab`, EAGLE-3's d2t); methods drafting over the full vocabulary are absent."""
+    decoder = {m: eagle for m in ("eagle2", "eagle2-head", "eagle2-chain", "eagle2-greedy-tree")}
+    decoder.update({m: eagle_b for m in B_METHODS}, medusa=medusa)
+    out = {}
+    for m in methods:
+        drafter = getattr(decoder.get(m), "drafter", None)
+        ids = getattr(drafter, "vocab_ids", None)
+        if ids is not None:
+            mask = torch.zeros(drafter.target.vocab_size, dtype=torch.bool)
+            mask[ids.cpu()] = True
+            out[m] = mask
+    return out
+
+
+def make_row(q: dict, method: str, o: Outcome, reference: Outcome | None, dtype: torch.dtype | str = "float32",
+             vocab: torch.Tensor | None = None) -> dict:
+    """One per_prompt row; `reference` = baseline's outcome when compared (T = 0), else None; `vocab` = the (V,)
+    bool mask of the method head's reduced draft vocabulary, if it has one."""
     n = len(o.tokens)
     same = None if reference is None else o.tokens == reference.tokens
     first_diff = None
@@ -201,6 +219,8 @@ def make_row(q: dict, method: str, o: Outcome, reference: Outcome | None, dtype:
            "identical_to_baseline": same, "first_mismatch": first_diff}
     if same is False:
         row["divergence"] = divergence_record(reference, o, dtype)
+    if vocab is not None:
+        row["in_draft_vocab"] = int(vocab[torch.tensor(o.tokens, dtype=torch.long)].sum()) if n else 0
     if o.stats is not None:  # our decoders: mean ms per decode step (prefill excluded), split by what it ran
         verify, draft, other = o.stats.step_split_ms
         row["step_ms"] = {"target": verify, "draft": draft, "other": other, "steps": o.stats.target_forwards - 1}
@@ -212,10 +232,10 @@ def make_row(q: dict, method: str, o: Outcome, reference: Outcome | None, dtype:
 
 
 def prompt_rows(q: dict, outcomes: dict[str, Outcome], methods: tuple[str, ...], compare: bool,
-                dtype: torch.dtype | str = "float32") -> list[dict]:
+                dtype: torch.dtype | str = "float32", vocabs: dict[str, torch.Tensor] | None = None) -> list[dict]:
     """Rows of one prompt in method order; compared with baseline when `compare` and baseline ran."""
     ref = outcomes["baseline"] if compare and "baseline" in outcomes else None
-    return [make_row(q, m, outcomes[m], ref, dtype) for m in methods]
+    return [make_row(q, m, outcomes[m], ref, dtype, (vocabs or {}).get(m)) for m in methods]
 
 
 def score_divergences(outcomes: dict[str, Outcome], ids: list[int], scorers: dict[str, Scorer]) -> dict[str, Outcome]:
@@ -239,7 +259,8 @@ def rotation(methods: tuple[str, ...], i: int) -> tuple[str, ...]:
 
 def run_bench(questions: list[dict], prompts: list[list[int]], runners: dict, methods: tuple[str, ...],
               device: torch.device, seed: int, compare: bool, progress=None, scorers: dict[str, Scorer] | None = None,
-              dtype: torch.dtype | str = "float32", repeats: int = 1) -> list[dict]:
+              dtype: torch.dtype | str = "float32", repeats: int = 1,
+              vocabs: dict[str, torch.Tensor] | None = None) -> list[dict]:
     """Warm up each method once on the first prompt, then run every prompt with rotating method order, `repeats`
     rounds per prompt (each round starts one method later), keeping each method's fastest round: a burst of other
     work on a shared machine then costs a round, not the comparison. The same seed gives the same tokens each round."""
@@ -256,7 +277,7 @@ def run_bench(questions: list[dict], prompts: list[list[int]], runners: dict, me
         outcomes = {m: outcomes[m] for m in rotation(methods, i)}
         if compare and scorers:
             outcomes = score_divergences(outcomes, ids, scorers)
-        rows += prompt_rows(q, outcomes, methods, compare, dtype)
+        rows += prompt_rows(q, outcomes, methods, compare, dtype, vocabs)
         if progress:
             progress(rows)
     return rows
@@ -346,7 +367,8 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
     bar, progress = _progress_bar(len(questions), plan.methods)
     try:
         rows = run_bench(questions, prompts, runners, plan.methods, target.device, a.seed, compare, progress,
-                         make_scorers(plan, target, tok, tree), target.dtype, a.repeats)
+                         make_scorers(plan, target, tok, tree), target.dtype, a.repeats,
+                         draft_vocab_masks(plan.methods, eagle, eagle_b, medusa))
     finally:
         bar.close()
     head_trained = eagle.drafter.trained
@@ -387,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(acceptance_table(result["summary"]))
     print()
+    if vocab_table(result["summary"]):
+        print(vocab_table(result["summary"]))
+        print()
     print(step_table(result["summary"]))
     return 0
 

@@ -10,7 +10,8 @@ head, this is EAGLE's n-alpha: acceptance with n self-predicted features in the 
 
 A row is the dict `core.bench` writes to `per_prompt`: question_id, category, method, new_tokens, seconds,
 tokens_per_s, target_forwards (None when unknown), tau, identical_to_baseline (None when not compared), and for EAGLE
-methods accepted_drafts, drafted_tokens, accept_hist.
+methods accepted_drafts, drafted_tokens, accept_hist; `in_draft_vocab` (tokens of the output the head's reduced draft
+vocabulary contains) for methods whose head has one.
 """
 from __future__ import annotations
 
@@ -47,6 +48,17 @@ def pooled_tau(rows: Sequence[Row], method: str, category: str | None = None) ->
         return None
     forwards = sum(r["target_forwards"] for r in sel)
     return sum(r["new_tokens"] for r in sel) / forwards if forwards else None
+
+
+def draft_vocab_reach(rows: Sequence[Row], method: str, category: str | None = None) -> float | None:
+    """Share of the method's output tokens inside its head's draft vocabulary (pooled), or None when the head drafts
+    over the full vocabulary. A token outside it can only come from the lookup chain or the target's own bonus token,
+    so this share bounds how much of the output the head alone could have guessed."""
+    sel = _select(rows, method, category)
+    if not sel or any("in_draft_vocab" not in r for r in sel):
+        return None
+    total = sum(r["new_tokens"] for r in sel)
+    return sum(r["in_draft_vocab"] for r in sel) / total if total else None
 
 
 def mismatches(rows: Sequence[Row], method: str) -> int | None:
@@ -113,6 +125,7 @@ def _figures(rows: Sequence[Row], method: str, category: str | None, methods: Se
         "speedup_vs_hf": vs("hf"),
         "speedup_vs_baseline": vs("baseline"),
         "tau": pooled_tau(rows, method, category),
+        "in_draft_vocab": draft_vocab_reach(rows, method, category),
     }
 
 
@@ -176,6 +189,21 @@ def category_table(summary: dict) -> str:
         figs = [summary[m] if c == "overall" else summary[m]["per_category"][c] for m in methods]
         cells = [f"{_num(f[key], '.2f', 'x')} · {_num(f['tau'], '.2f')}" for f in figs]
         lines.append(f"| {c} | {figs[0]['n_prompts']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def vocab_table(summary: dict) -> str:
+    """Markdown: per category, the share of each method's output inside its head's draft vocabulary (methods whose
+    head has a reduced vocabulary only; empty string when none has)."""
+    methods = [m for m, s in summary.items() if s.get("in_draft_vocab") is not None]
+    if not methods:
+        return ""
+    cats = list(summary[methods[0]]["per_category"])
+    lines = ["| category (output tokens in the draft vocabulary) | " + " | ".join(methods) + " |",
+             "|---|" + "---|" * len(methods)]
+    for c in cats + ["overall"]:
+        figs = [summary[m] if c == "overall" else summary[m]["per_category"][c] for m in methods]
+        lines.append(f"| {c} | " + " | ".join(_num(f["in_draft_vocab"], ".3f") for f in figs) + " |")
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ import torch
 from core.bench import main, rotation, select_questions, trim_at_eos
 from core.bench_report import (
     acceptance_table, category_table, pooled_tau, spec_bench_speedup, step_table, summarize_rows, summary_table,
+    vocab_table,
 )
 from core.draft_head import HeadConfig, init_head, save_head
 from core.pipeline import encode_prompt
@@ -327,3 +328,45 @@ def test_repeats_keep_each_methods_fastest_round():
                      compare=False, repeats=3)
     assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]  # warm-up, then rounds starting a, b, a
     assert {r["method"]: r["seconds"] for r in rows} == {"a": 1.0, "b": 0.5}
+
+
+def test_draft_vocab_reach_counts_output_tokens_the_head_could_draft():
+    """A head with a reduced draft vocabulary can never guess a token outside it: rows count the output tokens
+    inside it, the summary pools them (Σ inside / Σ tokens, per category too), full-vocabulary methods carry none."""
+    from core.bench import make_row, prompt_rows
+
+    mask = torch.zeros(16, dtype=torch.bool)
+    mask[[5, 6, 7]] = True
+    q1, q2 = {"question_id": 1, "group": "qa"}, {"question_id": 2, "group": "translation"}
+    rows = prompt_rows(q1, {"eagle2": _outcome([5, 6, 7, 8], [1.0] * 4), "hf": _outcome([5, 6, 7, 8], [1.0] * 4)},
+                       ("hf", "eagle2"), False, vocabs={"eagle2": mask})
+    rows += prompt_rows(q2, {"eagle2": _outcome([9, 9, 5, 9], [1.0] * 4), "hf": _outcome([9, 9, 5, 9], [1.0] * 4)},
+                        ("hf", "eagle2"), False, vocabs={"eagle2": mask})
+    by = {(r["question_id"], r["method"]): r for r in rows}
+    assert by[1, "eagle2"]["in_draft_vocab"] == 3 and by[2, "eagle2"]["in_draft_vocab"] == 1
+    assert "in_draft_vocab" not in by[1, "hf"]
+    s = summarize_rows(rows)
+    assert s["eagle2"]["in_draft_vocab"] == pytest.approx(4 / 8) and s["hf"]["in_draft_vocab"] is None
+    assert s["eagle2"]["per_category"]["translation"]["in_draft_vocab"] == pytest.approx(0.25)
+    table = vocab_table(s)
+    assert "| translation | 0.250 |" in table and "| overall | 0.500 |" in table and "hf" not in table
+    assert vocab_table(summarize_rows([r for r in rows if r["method"] == "hf"])) == ""
+    assert make_row(q1, "eagle2", _outcome([], []), None, vocab=mask)["in_draft_vocab"] == 0
+
+
+def test_bench_reports_the_reduced_draft_vocabulary(stack, tmp_path, capsys):
+    """End to end: a head drafting over the even ids only races a full-vocabulary head; its rows count exactly the
+    tokens of its (lossless) output inside that vocabulary, the other head's rows carry none, and the report prints
+    the vocabulary table."""
+    save_head(init_head(HeadConfig.for_target(64, 1024, 512), torch.arange(0, 1024, 2), seed=1), stack["root"] / "head_even", dtype=torch.float32)
+    out = tmp_path / "v.json"
+    rc = main(_args(stack, out, "--methods", "baseline,eagle2-head,eagle2-head-b", "--limit", "2",
+                    "--head", str(stack["root"] / "head_even"), "--head-b", stack["head"]))
+    assert rc == 0, capsys.readouterr().err
+    res = json.loads(out.read_text())
+    rows = res["per_prompt"]
+    assert all(r["identical_to_baseline"] for r in rows)
+    assert all("in_draft_vocab" in r for r in rows if r["method"] == "eagle2-head")
+    assert not any("in_draft_vocab" in r for r in rows if r["method"] in ("baseline", "eagle2-head-b"))
+    assert all(0 <= r["in_draft_vocab"] <= r["new_tokens"] for r in rows if r["method"] == "eagle2-head")
+    assert "output tokens in the draft vocabulary" in capsys.readouterr().out
