@@ -14,6 +14,8 @@ Speedup = ratio of mean tokens/s (core.bench_report); tau = sum of new tokens / 
 generate() with a forward hook. At temperature 0 each method's tokens are compared with `baseline`'s, and a row
 that differs carries `divergence`: the first differing index, both runs' top-2 logit margins there and whether the
 dtype's rounding explains it (core/exactness.py); the summary counts `mismatches` and `unexplained_mismatches`.
+For a head with a reduced draft vocabulary, each row also counts the output tokens inside it (`in_draft_vocab`): a
+token outside can never be drafted, so the pooled share per category bounds what the head alone can reach.
 Our decoders record margins while decoding. generate()'s are read from its own logits (`output_logits`) in a second,
 untimed call cut at the divergence, made only for rows that differ: asking for logits in the timed call would copy
 a 262k-vocabulary row per token into the measured time, and a teacher-forced forward would round differently from
