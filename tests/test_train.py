@@ -185,6 +185,8 @@ def test_extend_vocab_adds_the_most_frequent_missing_ids():
     assert coverage == pytest.approx(9 / 10)
     ids, _ = extend_vocab(seqs, torch.tensor([3, 50]), 10, 64)
     assert ids.tolist() == [1, 3, 7, 9, 50]  # never ids the data does not use
+    ids, coverage = extend_vocab(seqs, torch.tensor([3, 50]), 0, 64)  # n=0: the coverage of a kept vocabulary
+    assert ids.tolist() == [3, 50] and coverage == pytest.approx(4 / 10)
 
 
 def test_extended_vocabulary_round_keeps_the_weights_and_decodes_losslessly(setup, tmp_path):

@@ -196,8 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         if kind_of(start).name != a.head_type:
             raise ValueError(f"--init {a.init} is not an {a.head_type} head")
         if not torch.equal(start.vocab_ids, head.vocab_ids):
-            log("--init head has another draft vocabulary; keeping its vocabulary")
             head = start.float()
+            coverage = extend_vocab(seqs, head.vocab_ids, 0, target.vocab_size)[1]
+            log(f"--init head has another draft vocabulary; keeping its {len(head.vocab_ids)} ids, "
+                f"which cover {coverage:.4f} of tokens")
         head.load_state_dict(start.state_dict())
         log(f"initialised from {a.init}")
     if a.extend_vocab:
