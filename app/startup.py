@@ -46,13 +46,17 @@ def compare_decoders(target, medusa_head: str | Path | None = None) -> dict:
 
 def dtype_note(target, short: bool = False) -> str:
     """"fp32" or, when load_target timed bf16 against fp32 on this CPU, "fp32; timed here: bf16 837 ms, fp32 291 ms
-    per step + verify" (a one-token step plus a 16-node verify); short: "fp32 (timed faster here)"."""
+    per step + verify" (a one-token step plus a 16-node verify), then the LM-head product timed fastest when it is
+    not linear() ("; LM head: onednn"); short: "fp32 (timed faster here)"."""
     name, timed = short_name(target.dtype), target.dtype_timing
+    kernel = getattr(target, "head_kernel", "linear")
+    head = "" if kernel == "linear" else f"; LM head: {kernel}"
     if not timed:
-        return name
+        return name + ("" if short else head)
     if short:
         return f"{name} (timed faster here)"
-    return f"{name}; timed here: " + ", ".join(f"{k} {v:.0f} ms" for k, v in timed.items()) + " per step + verify"
+    return (f"{name}; timed here: " + ", ".join(f"{k} {v:.0f} ms" for k, v in timed.items()) + " per step + verify"
+            + head)
 
 
 def configure_logging(level: str) -> None:

@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from core import kernels
 from core.config import TreeConfig
 from core.draft_head import EagleHead
 from core.eagle3_head import Eagle3Head
@@ -106,6 +107,9 @@ class EagleDrafter:
         full = len(ids) == target.vocab_size and bool((ids.cpu() == torch.arange(len(ids))).all())
         self.vocab_ids = None if full else ids.to(target.device)
         self.w_draft = self._draft_rows(full)  # (Vd, H)
+        # each draft level multiplies top_k rows by w_draft: its kernel is timed here, as the target's is
+        self.head_kernel = target.head_kernel if self.w_draft is target.lm_head_weight \
+            else kernels.head_kernel(self.w_draft)
 
     @property
     def trained(self) -> bool:
@@ -117,7 +121,7 @@ class EagleDrafter:
 
     def _logits(self, feats: torch.Tensor) -> torch.Tensor:
         """(R, H) predicted features -> (R, Vd) logits over the draft vocabulary (the target's LM head rows)."""
-        return feats @ self.w_draft.T
+        return kernels.head_product(self.w_draft, feats, self.head_kernel)
 
     @staticmethod
     def check(head, target: TargetModel) -> None:
@@ -205,7 +209,8 @@ class Eagle3Drafter(EagleDrafter):
         return self.head.lm_head.weight  # (Vd, H); its length bounds top-k
 
     def _logits(self, feats: torch.Tensor) -> torch.Tensor:
-        return self.head.draft_logits(feats)
+        """(R, H) pre-norm head outputs -> (R, Vd): the head's draft_logits, its LM head in the timed orientation."""
+        return kernels.head_product(self.w_draft, self.head.norm(feats), self.head_kernel)
 
     @staticmethod
     def check(head, target: TargetModel) -> None:

@@ -5,8 +5,10 @@ EPYC with AVX2 only on others. What is fast on one can be several times slower o
 times its candidates now, on synthetic tensors of the model's own shapes, alternating which goes first and keeping
 each one's best time (a warm-up round included).
 
-- `vocab_major_is_faster`: the LM head as W @ h^T (torch.mv for one row) or as linear()'s h @ W^T. Same values, so
-  the choice cannot change a token beyond the rounding that already differs between row counts.
+- `head_kernel`: the LM-head product as linear()'s h @ W^T, as W @ h^T (torch.mv for one row), or through oneDNN's
+  linear primitive. Same values up to summation order, so the choice cannot change a token beyond the rounding that
+  already differs between row counts. The target's head (TargetModel.logits) and the drafters' reduced heads
+  (core/drafter.py, core/medusa.py) each time their own shape and multiply through `head_product`.
 - `fastest_cpu_dtype`: bf16 or fp32 for a CPU model loaded without an explicit dtype. fp32 is the exact reference,
   so it is chosen whenever it is at least as fast; bf16 only where the processor makes it faster.
 - `bf16_matmul_is_faster`: whether head training on CPU runs under bf16 autocast or in plain fp32.
@@ -17,6 +19,7 @@ Measured on an AMD EPYC with AVX2 only (2 threads, 2026-12-02; README "When the 
 """
 from __future__ import annotations
 
+import functools
 import time
 from typing import Callable
 
@@ -40,23 +43,69 @@ def fastest(candidates: dict[object, Callable[[], object]], rounds: int = 5) -> 
     return best
 
 
-def _head_products(w: torch.Tensor, h: torch.Tensor) -> dict[bool, Callable[[], torch.Tensor]]:
-    """w (V, H), h (M, H) -> {vocab-major?: the (M, V) product}; vocab-major is torch.mv for one row."""
-    major = (lambda: torch.mv(w, h[0])) if len(h) == 1 else (lambda: w @ h.T)
-    return {True: major, False: lambda: F.linear(h, w)}
+HEAD_KERNELS = ("linear", "vocab_major", "onednn")  # equal values, summed in different orders
 
 
-def vocab_major_is_faster(w: torch.Tensor, rounds: int = 5) -> bool:
-    """True when W @ h^T (torch.mv for one row) beats linear()'s h @ W^T for a (V, H) CPU head, over 1 and 8 rows.
+def _onednn_linear(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """(M, H) x (V, H) -> (M, V) through oneDNN's linear primitive on the plain (unpacked) weight, no copy."""
+    return torch.ops.mkldnn._linear_pointwise(h.contiguous(), w, None, "none", [], "")
 
-    One decision covers both row counts, so a one-token step and a tree verify keep using the same orientation.
+
+@functools.lru_cache(maxsize=None)
+def onednn_head_works(dtype: torch.dtype) -> bool:
+    """Whether this torch build runs `_onednn_linear` for `dtype` on CPU and agrees with linear(); a build without
+    the op (or a future torch that renames it) simply drops the candidate."""
+    try:
+        gen = torch.Generator().manual_seed(0)
+        h, w = torch.randn(3, 16, generator=gen).to(dtype), torch.randn(40, 16, generator=gen).to(dtype)
+        with torch.inference_mode():
+            got, ref = _onednn_linear(h, w).float(), F.linear(h, w).float()
+        return got.shape == ref.shape and torch.allclose(got, ref, rtol=2e-2, atol=2e-2)
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return False
+
+
+def head_candidates(w: torch.Tensor) -> tuple[str, ...]:
+    """The kernels `head_product` may run for this head: linear() anywhere; the others for bf16/fp32 CPU heads."""
+    if w.dtype not in (torch.bfloat16, torch.float32) or w.device.type != "cpu":
+        return ("linear",)
+    return HEAD_KERNELS if onednn_head_works(w.dtype) else HEAD_KERNELS[:2]
+
+
+def head_product(w: torch.Tensor, h: torch.Tensor, kernel: str = "linear") -> torch.Tensor:
+    """h (..., H) through a bias-free head w (V, H) -> logits (..., V), with one of HEAD_KERNELS.
+
+    linear: F.linear's h @ W^T. vocab_major: the vocabulary as the GEMM's row dimension, torch.mv for one row and
+    W @ h^T for several (a transposed, strided view comes back). onednn: oneDNN's linear primitive on the same
+    weight. Same values up to the order the sums run in; `head_kernel` times them for a head on this machine.
     """
-    total = {True: 0.0, False: 0.0}
-    for m in (1, 8):
-        h = torch.randn(m, w.shape[1], dtype=w.dtype)
-        for k, t in fastest(_head_products(w, h), rounds).items():
-            total[k] += t
-    return total[True] <= total[False]
+    if kernel == "linear":
+        return F.linear(h, w)
+    if kernel == "vocab_major" and h.dim() == 1:
+        return torch.mv(w, h)  # (V,)
+    flat = h.reshape(-1, h.shape[-1])  # (M, H)
+    out = (w @ flat.T).T if kernel == "vocab_major" else _onednn_linear(flat, w)  # (M, V)
+    return out.reshape(*h.shape[:-1], w.shape[0])
+
+
+def head_kernel(w: torch.Tensor, bias: torch.Tensor | None = None, rounds: int = 5) -> str:
+    """The fastest of `head_candidates` for a (V, H) head on this machine, timed over 1 and 8 rows (a one-token step
+    and a draft level or small verify); "linear" for a head with a bias or off CPU. One decision covers both row
+    counts. Measured on an AVX2-only EPYC in fp32 (2 threads, 2026-12-03): the 262,144-row Gemma head took 74 ms
+    (mv) against 40 ms (oneDNN) for one row and 147 against 132 ms for 16 rows; the drafter's 16,384-row head 19 ms
+    through linear() against 7.5 ms vocabulary-major for 8 rows.
+    """
+    names = head_candidates(w)
+    if bias is not None or len(names) == 1:
+        return "linear"
+    total = dict.fromkeys(names, 0.0)
+    with torch.inference_mode():
+        for m in (1, 8):
+            h = torch.randn(m, w.shape[1], dtype=w.dtype)
+            for k, t in fastest({k: (lambda k=k: head_product(w, h[0] if m == 1 else h, k)) for k in names},
+                                rounds).items():
+                total[k] += t
+    return min(total, key=total.get)
 
 
 def _step_seconds(dtype: torch.dtype, hidden: int, intermediate: int, vocab: int, body_params: int,
@@ -70,7 +119,8 @@ def _step_seconds(dtype: torch.dtype, hidden: int, intermediate: int, vocab: int
     for m in ROWS:
         h = torch.randn(m, hidden, generator=gen).to(dtype)
         mlp = fastest({0: lambda: F.linear(h, w_mlp)}, rounds)[0]
-        head = min(fastest(_head_products(w_head, h), rounds).values())
+        head = min(fastest({k: (lambda k=k: head_product(w_head, h, k)) for k in head_candidates(w_head)},
+                           rounds).values())
         total += mlp * body_params / w_mlp.numel() + head * vocab / len(w_head)
     return total
 

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core import kernels
 from core.config import TreeConfig
 from core.draft_head import finish_loaded
 from core.drafter import DraftPool, check_compatible, grow_beam
@@ -97,6 +98,7 @@ class MedusaDrafter:
         self.target = target
         self.vocab_ids = self.head.vocab_ids.to(target.device)
         self.w_draft = target.lm_head_weight[self.vocab_ids]  # (Vd, H)
+        self.head_kernel = kernels.head_kernel(self.w_draft)  # timed on this machine (core/kernels.py)
 
     @property
     def trained(self) -> bool:
@@ -113,7 +115,8 @@ class MedusaDrafter:
     def propose(self, st: MedusaState, root_token: int, tree: TreeConfig) -> DraftPool:
         k = min(tree.top_k, len(self.w_draft))
         out = self.head(st.feat)  # (K, H)
-        logp = torch.log_softmax((out @ self.w_draft.T).float(), dim=-1)  # (K, Vd)
+        logits = kernels.head_product(self.w_draft, out, self.head_kernel)  # (K, Vd)
+        logp = torch.log_softmax(logits.float(), dim=-1)
         vals, idx = torch.topk(logp, k, dim=-1)  # (K, k)
         vals, toks = vals.tolist(), self.vocab_ids[idx].tolist()
         pool = DraftPool.rooted(root_token)

@@ -42,21 +42,16 @@ class TargetModel:
         eos = eos if eos is not None else cfg.eos_token_id
         self.eos_ids: frozenset[int] = frozenset(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
         self.max_positions: int = int(getattr(cfg, "max_position_embeddings", 8192) or 8192)
-        self.vocab_major = self._time_lm_head()  # CPU: which LM-head orientation is faster on this machine
+        self.head_kernel: str = self._time_lm_head()  # CPU: which LM-head product is fastest on this machine
         self.dtype_timing: dict[str, float] | None = None  # set by load_target when it timed bf16 against fp32
 
-    def _time_lm_head(self) -> bool:
-        """True when the vocabulary-major product (torch.mv for one row, W @ h^T for several) measured faster than
-        linear()'s h @ W^T for this head on this machine (core/kernels.py). Candidates: bf16 and fp32 heads
-        without bias on CPU; oneDNN's kernel for each orientation depends on the processor, so it is never assumed.
-        """
+    def _time_lm_head(self) -> str:
+        """The LM-head product (core/kernels.py HEAD_KERNELS) measured fastest for this head on this machine:
+        linear(), vocabulary-major (torch.mv for one row, W @ h^T for several) or oneDNN's linear primitive, timed
+        for bf16 and fp32 heads without bias on CPU. The kernels' speed depends on the processor, so it is never
+        assumed."""
         head = self.model.get_output_embeddings()
-        w = head.weight  # (V, H)
-        if (w.dtype not in (torch.bfloat16, torch.float32) or w.device.type != "cpu"
-                or getattr(head, "bias", None) is not None):
-            return False
-        with torch.inference_mode():
-            return kernels.vocab_major_is_faster(w)
+        return kernels.head_kernel(head.weight, getattr(head, "bias", None))
 
     @property
     def device(self) -> torch.device:
@@ -83,22 +78,14 @@ class TargetModel:
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., H) post-norm features -> (..., V) logits through the target's LM head.
 
-        On CPU (bf16 or fp32), when start-up timing found it faster here (`vocab_major`), the product runs with
-        the vocabulary as the GEMM's row dimension: torch.mv for one row, W @ h^T (a transposed view comes back)
-        for several. On an AMX Xeon oneDNN ran that orientation 1.25-1.45x faster than linear()'s h @ W^T in bf16
-        (README, "Where the time goes"); on an AVX2-only EPYC 2x faster in fp32 for 16 rows (core/kernels.py).
-        Otherwise, and on other devices, the head module runs as is.
+        On CPU (bf16 or fp32) the product runs with the kernel start-up timing found fastest here (`head_kernel`):
+        on an AMX Xeon the vocabulary-major product ran 1.25-1.45x faster than linear()'s h @ W^T in bf16 (README,
+        "Where the time goes"); on an AVX2-only EPYC in fp32 oneDNN's linear primitive took 40 ms a row against
+        74 for torch.mv (core/kernels.py). Otherwise, and on other devices, the head module runs as is.
         """
         head = self.model.get_output_embeddings()
-        w = head.weight  # (V, H)
-        if self.vocab_major:
-            if hidden.dim() == 1:
-                out = torch.mv(w, hidden)  # (V,)
-            else:
-                flat = hidden.reshape(-1, hidden.shape[-1])  # (M, H)
-                out = (w @ flat.T).T.reshape(*hidden.shape[:-1], w.shape[0])  # (..., V), strided
-        else:
-            out = head(hidden)
+        kernel = self.head_kernel
+        out = head(hidden) if kernel == "linear" else kernels.head_product(head.weight, hidden, kernel)
         if self.softcap:
             out = torch.tanh(out / self.softcap) * self.softcap
         return out

@@ -6,6 +6,7 @@ import time
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from conftest import tiny_model
 from core import kernels, models
@@ -63,3 +64,60 @@ def test_the_app_says_which_dtype_was_timed():
     assert dtype_note(timed) == "fp32; timed here: bf16 837 ms, fp32 291 ms per step + verify"
     assert dtype_note(timed, short=True) == "fp32 (timed faster here)"
     assert dtype_note(SimpleNamespace(dtype=torch.bfloat16, dtype_timing=None)) == "bf16"  # named: no timing
+    timed.head_kernel = "onednn"  # the LM-head product start-up timing chose, when not linear()
+    assert dtype_note(timed) == "fp32; timed here: bf16 837 ms, fp32 291 ms per step + verify; LM head: onednn"
+    assert dtype_note(timed, short=True) == "fp32 (timed faster here)"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_every_head_kernel_computes_linear(dtype):
+    """Each LM-head product the timing may pick is h @ W^T for one row, several rows and a (1, T, H) batch, up to
+    the summation order; a build or processor without oneDNN for the dtype simply lacks that candidate."""
+    gen = torch.Generator().manual_seed(0)
+    w, h = torch.randn(300, 24, generator=gen).to(dtype), torch.randn(2, 5, 24, generator=gen).to(dtype)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    names = kernels.head_candidates(w)
+    assert names[:2] == ("linear", "vocab_major") and ("onednn" in names) == kernels.onednn_head_works(dtype)
+    if dtype == torch.float32:
+        assert "onednn" in names  # the pinned CPU torch ships oneDNN's fp32 inner product
+    for name in names:
+        for x in (h[0, 0], h[0], h):  # (H,), (T, H), (B, T, H)
+            got = kernels.head_product(w, x, name)
+            assert got.shape == (*x.shape[:-1], 300)
+            torch.testing.assert_close(got.float(), F.linear(x, w).float(), **tol)
+
+
+def test_a_head_with_bias_or_an_unusual_dtype_keeps_linear():
+    w = torch.randn(64, 8)
+    assert kernels.head_kernel(w, bias=torch.zeros(64)) == "linear"
+    assert kernels.head_candidates(w.half()) == ("linear",)
+    assert kernels.head_kernel(w.half()) == "linear"
+    assert kernels.head_kernel(w, rounds=1) in kernels.head_candidates(w)  # unpatched: a real timing
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa"])
+def test_drafters_time_their_own_head_and_draft_the_same_with_any_kernel(monkeypatch, kind):
+    """A reduced draft vocabulary is its own (Vd, H) product, so each drafter times it as the target times its
+    head; the full vocabulary reuses the target's choice. The kernel changes speed, never the drafted tokens."""
+    from conftest import tiny_drafter, tiny_target
+    from core.config import TreeConfig
+
+    tgt = tiny_target("llama")
+    ids = torch.arange(0, tgt.vocab_size, 2)
+    monkeypatch.setattr(kernels, "fastest",
+                        lambda cands, rounds=5: {k: 1.0 if k == "vocab_major" else 2.0 for k in cands})
+    dr = tiny_drafter(kind, tgt, ids)
+    assert dr.head_kernel == "vocab_major"
+    if kind == "eagle":
+        tgt.head_kernel = "onednn"
+        assert tiny_drafter(kind, tgt).head_kernel == "onednn"  # the target's own head: its timing is reused
+    feats = torch.randn(1, 6, tgt.hidden_size, generator=torch.Generator().manual_seed(1))
+    next_ids = torch.tensor([[5, 9, 2, 33, 7, 1]])
+    pools = []
+    for name in kernels.head_candidates(dr.w_draft):
+        dr.head_kernel = name
+        st = dr.start()
+        dr.commit(st, feats, next_ids)
+        pool = dr.propose(st, 1, TreeConfig(total_tokens=12, depth=4, top_k=3, lookup=0))
+        pools.append((pool.tokens, pool.parents))
+    assert len(pools) >= 2 and all(p == pools[0] for p in pools)

@@ -1,6 +1,7 @@
 """The target's LM-head product and the one-reduction greedy pick: fast paths that must not change a token.
 
-TargetModel.logits runs bf16 heads on CPU as W @ h^T (torch.mv for one row), and the decoders take greedy ids and
+TargetModel.logits runs CPU heads with the product start-up timing picked (linear(), W @ h^T with torch.mv for one
+row, or oneDNN's linear primitive; core/kernels.py), and the decoders take greedy ids and
 the finiteness check and the top-2 margin from `peak` (block maxima). These tests pin what makes that safe: the values
 are the head module's, argmax's first-index tie rule and topk's margin hold, NaN and +inf still stop a request, and
 bf16 greedy EAGLE-2 keeps the baseline's tokens on every family.
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 from conftest import KINDS, OracleDrafter, PROMPT, run, tiny_head, tiny_model
+from core import kernels
 from core.baseline import BaselineDecoder
 from core.config import DecodeConfig, TreeConfig
 from core.eagle import Eagle2Decoder
@@ -27,56 +29,63 @@ def bf16_target(kind: str) -> TargetModel:
     return tgt
 
 
-@pytest.mark.parametrize("vocab_major", [True, False])  # whichever orientation start-up timing picks
+@pytest.mark.parametrize("kernel", kernels.head_candidates(torch.zeros(1, dtype=torch.bfloat16)))  # any timing picks
 @pytest.mark.parametrize("kind", ["llama", "gemma3"])  # gemma3: tied head and final-logit softcapping
-def test_bf16_logits_equal_the_head_module(kind, vocab_major):
+def test_bf16_logits_equal_the_head_module(kind, kernel):
     tgt = bf16_target(kind)
-    tgt.vocab_major = vocab_major
+    tgt.head_kernel = kernel
     h = torch.randn(7, tgt.hidden_size, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
     ref = tgt.model.get_output_embeddings()(h)
     if tgt.softcap:
         ref = torch.tanh(ref / tgt.softcap) * tgt.softcap
-    one = tgt.logits(h[0])  # (V,) through torch.mv
-    assert one.shape == (tgt.vocab_size,) and torch.equal(one, ref[0])
-    many = tgt.logits(h[None])  # (1, 7, V) through W @ h^T
+    one = tgt.logits(h[0])  # (V,): torch.mv when vocabulary-major
+    assert one.shape == (tgt.vocab_size,)
+    if kernel == "onednn":  # another summation order: bf16 rounding apart
+        torch.testing.assert_close(one, ref[0], rtol=2e-2, atol=2e-2)
+    else:
+        assert torch.equal(one, ref[0])
+    many = tgt.logits(h[None])  # (1, 7, V)
     assert many.shape == (1, 7, tgt.vocab_size)
     torch.testing.assert_close(many[0], ref, rtol=2e-2, atol=2e-2)
     assert [peak(r).id for r in many[0]] == many[0].float().argmax(-1).tolist()
 
 
-def test_lm_head_orientation_is_chosen_by_timing_it(monkeypatch):
-    """The vocabulary-major product is used only where it measured faster: slow it down and linear() wins."""
-    import time
-
-    mv = torch.mv
-    monkeypatch.setattr(torch, "mv", lambda *a: time.sleep(0.003) or mv(*a))
-    assert bf16_target("llama").vocab_major is False
-    assert TargetModel(copy.deepcopy(tiny_model("llama")), name="fp32").vocab_major is False  # fp32 too
-    monkeypatch.setattr(torch.nn.functional, "linear", lambda *a: time.sleep(0.003))
-    assert bf16_target("llama").vocab_major is True
-    assert TargetModel(copy.deepcopy(tiny_model("llama")), name="fp32").vocab_major is True
+@pytest.mark.parametrize("fast", kernels.HEAD_KERNELS)
+def test_lm_head_kernel_is_chosen_by_timing_it(monkeypatch, fast):
+    """The target's LM-head product is whichever candidate measured fastest, in bf16 and in fp32. oneDNN is a
+    candidate only where this build runs it for the dtype (bf16 needs AVX-512 bf16 or AMX): elsewhere the others
+    tie here and the first, linear(), stays."""
+    monkeypatch.setattr(kernels, "fastest", lambda cands, rounds=5: {k: 1.0 if k == fast else 2.0 for k in cands})
+    bf16_kernels = kernels.head_candidates(torch.zeros(1, dtype=torch.bfloat16))
+    assert bf16_target("llama").head_kernel == (fast if fast in bf16_kernels else "linear")
+    assert TargetModel(copy.deepcopy(tiny_model("llama")), name="fp32").head_kernel == fast
 
 
-@pytest.mark.parametrize("vocab_major", [True, False])
-def test_fp32_logits_are_the_module_output(tiny_llama, vocab_major):
-    """One row is bitwise the module's in either orientation; several rows are the module's (vocabulary-major:
-    up to fp32 rounding, the GEMM accumulates in another order)."""
-    tiny_llama.vocab_major = vocab_major
+@pytest.mark.parametrize("kernel", kernels.HEAD_KERNELS)
+def test_fp32_logits_are_the_module_output(tiny_llama, kernel):
+    """linear() is bitwise the module's; torch.mv's one row too; the rest are the module's up to fp32 rounding
+    (the GEMM accumulates in another order)."""
+    tiny_llama.head_kernel = kernel
     h = torch.randn(3, tiny_llama.hidden_size, generator=torch.Generator().manual_seed(1))
     ref = tiny_llama.model.get_output_embeddings()(h)
-    assert torch.equal(tiny_llama.logits(h[0]), tiny_llama.model.get_output_embeddings()(h[0]))
-    if vocab_major:
-        torch.testing.assert_close(tiny_llama.logits(h), ref, rtol=1e-5, atol=1e-5)
+    one, many = tiny_llama.logits(h[0]), tiny_llama.logits(h)  # (V,), (3, V)
+    if kernel == "onednn":
+        torch.testing.assert_close(one, ref[0], rtol=1e-5, atol=1e-5)
     else:
-        assert torch.equal(tiny_llama.logits(h), ref)
+        assert torch.equal(one, tiny_llama.model.get_output_embeddings()(h[0]))
+    if kernel == "linear":
+        assert torch.equal(many, ref)
+    else:
+        torch.testing.assert_close(many, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("kernel", ["vocab_major", "onednn"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_fp32_greedy_eagle2_equals_baseline_with_the_vocab_major_head(kind):
-    """fp32 with the LM head vocabulary-major (what start-up timing picks on an AVX2-only CPU): long accepted
-    chunks (oracle drafts) and still the baseline's tokens, token for token."""
+def test_fp32_greedy_eagle2_equals_baseline_with_each_head_kernel(kind, kernel):
+    """fp32 with the LM head vocabulary-major or through oneDNN (what start-up timing picks on an AVX2-only CPU):
+    long accepted chunks (oracle drafts) and still the baseline's tokens, token for token."""
     tgt = TargetModel(copy.deepcopy(tiny_model(kind)), name=f"tiny-{kind}")
-    tgt.eos_ids, tgt.vocab_major = frozenset(), True
+    tgt.eos_ids, tgt.head_kernel = frozenset(), kernel
     cfg = DecodeConfig(max_new_tokens=48, tree=TreeConfig(total_tokens=12, depth=4, top_k=3, lookup=4))
     ref, _ = run(BaselineDecoder(tgt), PROMPT, cfg)
     out, events = run(Eagle2Decoder(tgt, OracleDrafter(tiny_head(tgt), tgt, PROMPT + ref, seed=2)), PROMPT, cfg)
