@@ -20,6 +20,7 @@ from core.events import StepEvent, TreeNode
 from core.models import TargetModel
 from core.sampling import Peak, new_generator, peak, pick, target_probs
 from core.timing import now
+from core.tree_logits import TreeLogits
 from core.verify import accept_greedy, accept_sampled
 
 
@@ -85,10 +86,11 @@ class Eagle2Decoder:
                 hidden, taps = tgt.forward(torch.tensor([tokens], device=tgt.device), cache, parents, depths,
                                            tree.ancestor_mask(parents), output_layers=dr.output_layers)  # (1, N, H)
                 draft_in = hidden if taps is None else taps
-                logits = tgt.logits(hidden[0])  # (N, V)
+                kids = tree.children(parents)
+                logits = tgt.tree_logits(hidden[0], kids)  # (N, V) rows, all now or as the walk reads them
                 t2 = now(tgt.device)
                 # 3. accept: only the rows the walk visits are reduced (about tau of N), each once, checked for NaN/inf
-                kids, row = tree.children(parents), self._peaks(logits)
+                row = self._peaks(logits)
                 if s.greedy:
                     path, bonus = accept_greedy(kids, tokens, lambda n: row(n).id)
                 else:
@@ -117,8 +119,9 @@ class Eagle2Decoder:
                     for i in range(len(tokens))
                 )
                 t5 = now(tgt.device)  # step time = draft (commit, propose) + verify (target forward) + the rest
+                verify_ms = (t2 - t1) * 1e3 + logits.ms  # + the LM-head rows the walk computed on demand
                 yield StepEvent(step, self.method, tuple(new), nodes, tuple(path),
-                                draft_ms=(t_grown - t0) * 1e3, verify_ms=(t2 - t1) * 1e3,
+                                draft_ms=(t_grown - t0) * 1e3, verify_ms=verify_ms,
                                 step_ms=(t5 - t0) * 1e3, finished=done, note=self.note,
                                 draft_forwards=(pool.forwards if pool else 0) + n_commit,
                                 margins=tuple(p.margin for p in tops), top_logits=tuple(p.logit for p in tops))
@@ -136,7 +139,7 @@ class Eagle2Decoder:
         return self.drafter.commit(dstate, feats, ids)
 
     @staticmethod
-    def _peaks(logits: torch.Tensor) -> Callable[[int], Peak]:
+    def _peaks(logits: TreeLogits) -> Callable[[int], Peak]:
         """Row n of the verify logits (N, V) -> its Peak (greedy id, top logit, margin), each row reduced once
         (accept and the margins visit the same rows) and checked for NaN / inf."""
         seen: dict[int, Peak] = {}

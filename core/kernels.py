@@ -88,24 +88,39 @@ def head_product(w: torch.Tensor, h: torch.Tensor, kernel: str = "linear") -> to
     return out.reshape(*h.shape[:-1], w.shape[0])
 
 
-def head_kernel(w: torch.Tensor, bias: torch.Tensor | None = None, rounds: int = 5) -> str:
-    """The fastest of `head_candidates` for a (V, H) head on this machine, timed over 1 and 8 rows (a one-token step
-    and a draft level or small verify); "linear" for a head with a bias or off CPU. One decision covers both row
-    counts. Measured on an AVX2-only EPYC in fp32 (2 threads, 2026-12-03): the 262,144-row Gemma head took 74 ms
-    (mv) against 40 ms (oneDNN) for one row and 147 against 132 ms for 16 rows; the drafter's 16,384-row head 19 ms
-    through linear() against 7.5 ms vocabulary-major for 8 rows.
-    """
+def time_head_kernels(w: torch.Tensor, rounds: int = 5) -> dict[str, dict[int, float]]:
+    """{kernel: {rows: best seconds}} for every `head_candidates` kernel of a (V, H) head over 1 and 8 rows (a
+    one-token step; a draft level or a small verify)."""
     names = head_candidates(w)
-    if bias is not None or len(names) == 1:
-        return "linear"
-    total = dict.fromkeys(names, 0.0)
+    out: dict[str, dict[int, float]] = {k: {} for k in names}
     with torch.inference_mode():
         for m in (1, 8):
             h = torch.randn(m, w.shape[1], dtype=w.dtype)
             for k, t in fastest({k: (lambda k=k: head_product(w, h[0] if m == 1 else h, k)) for k in names},
                                 rounds).items():
-                total[k] += t
-    return min(total, key=total.get)
+                out[k][m] = t
+    return out
+
+
+def head_kernel(w: torch.Tensor, bias: torch.Tensor | None = None, rounds: int = 5,
+                times: dict[str, dict[int, float]] | None = None) -> str:
+    """The fastest of `head_candidates` for a (V, H) head on this machine, one decision for 1 and 8 rows together
+    (`times` from time_head_kernels, else timed now); "linear" for a head with a bias or off CPU. Measured on an
+    AVX2-only EPYC in fp32 (2 threads, 2026-12-03): the 262,144-row Gemma head took 74 ms (mv) against 40 ms
+    (oneDNN) for one row and 147 against 132 ms for 16 rows; the drafter's 16,384-row head 19 ms through linear()
+    against 7.5 ms vocabulary-major for 8 rows.
+    """
+    if bias is not None or len(head_candidates(w)) == 1:
+        return "linear"
+    times = times or time_head_kernels(w, rounds)
+    return min(times, key=lambda k: sum(times[k].values()))
+
+
+def rows_are_cheap(times: dict[int, float]) -> bool:
+    """Whether one LM-head row costs under half of 8 rows with this kernel: then a tree verify computes only the
+    rows its acceptance walk visits (core/tree_logits.py). With cost a + b*m for m rows, the root's row plus the
+    rest of one child's subtree (at most N/2 of a bushy N-node tree) beats all N rows when t(1) < (8/15) t(8)."""
+    return 2 * times[1] < times[8]
 
 
 def _step_seconds(dtype: torch.dtype, hidden: int, intermediate: int, vocab: int, body_params: int,

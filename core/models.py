@@ -16,6 +16,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Cache,
 
 from core import kernels, kv_cache
 from core.presets import get_preset
+from core.tree_logits import TreeLogits
 from core.weights import default_model_dir
 
 DEFAULT_MODEL = "gemma-3-270m"
@@ -42,16 +43,23 @@ class TargetModel:
         eos = eos if eos is not None else cfg.eos_token_id
         self.eos_ids: frozenset[int] = frozenset(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
         self.max_positions: int = int(getattr(cfg, "max_position_embeddings", 8192) or 8192)
-        self.head_kernel: str = self._time_lm_head()  # CPU: which LM-head product is fastest on this machine
+        # CPU: which LM-head product is fastest on this machine, and whether a verify computes only visited rows
+        self.head_kernel, self.lazy_rows = self._time_lm_head()
         self.dtype_timing: dict[str, float] | None = None  # set by load_target when it timed bf16 against fp32
 
-    def _time_lm_head(self) -> str:
-        """The LM-head product (core/kernels.py HEAD_KERNELS) measured fastest for this head on this machine:
-        linear(), vocabulary-major (torch.mv for one row, W @ h^T for several) or oneDNN's linear primitive, timed
-        for bf16 and fp32 heads without bias on CPU. The kernels' speed depends on the processor, so it is never
-        assumed."""
+    def _time_lm_head(self) -> tuple[str, bool]:
+        """(kernel, lazy rows): the LM-head product (core/kernels.py HEAD_KERNELS) measured fastest for this head on
+        this machine (linear(), vocabulary-major with torch.mv for one row, or oneDNN's linear primitive), timed for
+        bf16 and fp32 heads without bias on CPU; and whether one row with it costs so much less than a batch that a
+        tree verify should compute only the rows acceptance visits (core/tree_logits.py). The kernels' speed
+        depends on the processor, so neither is assumed."""
         head = self.model.get_output_embeddings()
-        return kernels.head_kernel(head.weight, getattr(head, "bias", None))
+        w, bias = head.weight, getattr(head, "bias", None)
+        if bias is not None or len(kernels.head_candidates(w)) == 1:
+            return "linear", False
+        times = kernels.time_head_kernels(w)
+        kernel = kernels.head_kernel(w, times=times)
+        return kernel, kernels.rows_are_cheap(times[kernel])
 
     @property
     def device(self) -> torch.device:
@@ -89,6 +97,11 @@ class TargetModel:
         if self.softcap:
             out = torch.tanh(out / self.softcap) * self.softcap
         return out
+
+    def tree_logits(self, hidden: torch.Tensor, kids: list[list[int]]) -> TreeLogits:
+        """(N, H) verify features -> their LM-head rows, all now or each when acceptance first reads it
+        (`lazy_rows`; core/tree_logits.py)."""
+        return TreeLogits(self.logits, hidden, kids, self.lazy_rows, self.device)
 
     @torch.inference_mode()
     def forward(

@@ -177,7 +177,7 @@ def test_training_autocasts_to_bf16_only_where_bf16_measured_faster(setup, tmp_p
 
 
 def test_extend_vocab_adds_the_most_frequent_missing_ids():
-    from core.train.data import extend_vocab
+    from core.train.data import extend_vocab, vocab_coverage
 
     seqs = [(torch.tensor([1, 1, 1, 7, 7, 9, 3, 3, 3, 3]),)]
     ids, coverage = extend_vocab(seqs, torch.tensor([3, 50]), 2, 64)
@@ -185,8 +185,9 @@ def test_extend_vocab_adds_the_most_frequent_missing_ids():
     assert coverage == pytest.approx(9 / 10)
     ids, _ = extend_vocab(seqs, torch.tensor([3, 50]), 10, 64)
     assert ids.tolist() == [1, 3, 7, 9, 50]  # never ids the data does not use
-    ids, coverage = extend_vocab(seqs, torch.tensor([3, 50]), 0, 64)  # n=0: the coverage of a kept vocabulary
+    ids, coverage = extend_vocab(seqs, torch.tensor([3, 50]), 0, 64)  # n=0: nothing joins
     assert ids.tolist() == [3, 50] and coverage == pytest.approx(4 / 10)
+    assert vocab_coverage(seqs, torch.tensor([3, 50]), 64) == pytest.approx(4 / 10)  # a kept vocabulary's coverage
 
 
 def test_extended_vocabulary_round_keeps_the_weights_and_decodes_losslessly(setup, tmp_path):

@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     from core.kernels import cpu_description
     from core.models import DEFAULT_MODEL, load_target
     from core.train.data import (build_shards, draft_vocab, extend_vocab, load_shards, read_pool,
-                                 shard_counts, token_counts)
+                                 shard_counts, token_counts, vocab_coverage)
     from core.train.evaluate import measure, sample_questions
     from core.train.fit import FitConfig, fit
 
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--init {a.init} is not an {a.head_type} head")
         if not torch.equal(start.vocab_ids, head.vocab_ids):
             head = start.float()
-            coverage = extend_vocab(seqs, head.vocab_ids, 0, target.vocab_size)[1]
+            coverage = vocab_coverage(seqs, head.vocab_ids, target.vocab_size)
             log(f"--init head has another draft vocabulary; keeping its {len(head.vocab_ids)} ids, "
                 f"which cover {coverage:.4f} of tokens")
         head.load_state_dict(start.state_dict())

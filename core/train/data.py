@@ -359,7 +359,17 @@ def draft_vocab(seqs: list[tuple], size: int, vocab: int,
     counts = data_counts(seqs, vocab)
     score = counts.double() + (1e-6 * prior.double() / max(1.0, float(prior.max())) if prior is not None else 0.0)
     top = torch.topk(score, min(size, vocab)).indices.sort().values
-    return top, float(counts[top].sum() / counts.sum())
+    return top, coverage(counts, top)
+
+
+def coverage(counts: torch.Tensor, vocab_ids: torch.Tensor) -> float:
+    """The share of data tokens (`counts`, (V,) from data_counts) whose id is in the draft vocabulary `vocab_ids`."""
+    return float(counts[vocab_ids.cpu()].sum() / max(1, int(counts.sum())))
+
+
+def vocab_coverage(seqs: list[tuple], vocab_ids: torch.Tensor, vocab: int) -> float:
+    """The share of the data's tokens a draft vocabulary covers (a kept vocabulary, checked against new data)."""
+    return coverage(data_counts(seqs, vocab), vocab_ids)
 
 
 def extend_vocab(seqs: list[tuple], vocab_ids: torch.Tensor, n: int, vocab: int) -> tuple[torch.Tensor, float]:
@@ -377,7 +387,7 @@ def extend_vocab(seqs: list[tuple], vocab_ids: torch.Tensor, n: int, vocab: int)
     add = torch.topk(missing, min(n, int((~have).sum()))).indices
     add = add[missing[add] > 0]  # never add ids the data does not use
     ids = torch.cat([vocab_ids.cpu(), add]).sort().values
-    return ids, float(counts[ids].sum() / max(1, int(counts.sum())))
+    return ids, coverage(counts, ids)
 
 
 def token_counts(tok, rows: list[dict], vocab: int) -> torch.Tensor:
