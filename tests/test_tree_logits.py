@@ -111,3 +111,30 @@ def test_sampled_eagle2_gives_the_same_tokens_with_rows_on_demand(kind):
         out, _ = run(Eagle2Decoder(tgt, OracleDrafter(tiny_head(tgt), tgt, PROMPT + ref, seed=2)), PROMPT, cfg)
         outs.append(out)
     assert outs[0] == outs[1] and len(outs[0]) == 40
+
+
+def test_the_ab_script_forces_one_switch_each_way_on_the_same_model(tmp_path, capsys):
+    """scripts/ab_switch.py (the README's A/B command) on a tiny saved model: every value runs every lane, the
+    tokens agree, and a value the switch does not take is one line and exit status 2."""
+    import importlib.util
+    from pathlib import Path
+
+    from core.draft_head import HeadConfig, init_head, save_head
+    from test_generate_cli import word_tokenizer
+
+    tiny_model("llama").save_pretrained(tmp_path / "m")
+    word_tokenizer().save_pretrained(tmp_path / "m")
+    save_head(init_head(HeadConfig.for_target(64, 128), seed=2), tmp_path / "h", dtype=torch.float32)
+    spec = importlib.util.spec_from_file_location("ab_switch", Path(__file__).parents[1] / "scripts" / "ab_switch.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    common = ["--model", str(tmp_path / "m"), "--head", str(tmp_path / "h"), "--prompts", "2",
+              "--max-new-tokens", "8", "--rounds", "2"]
+    assert ab.main(["lazy-rows", "--values", "on,off", "--tree", "6,3,2,0", "--baseline", *common]) == 0
+    out = capsys.readouterr().out
+    assert out.count("lazy-rows=on") == 2 and out.count("lazy-rows=off") == 2  # eagle2 6,3,2,0 and baseline
+    assert "identical outputs across values: True" in out
+    assert ab.main(["target-kernel", "--values", "linear,onednn", *common]) == 0
+    assert "identical outputs across values: True" in capsys.readouterr().out
+    assert ab.main(["lazy-rows", "--values", "maybe", *common]) == 2
+    assert capsys.readouterr().err.strip() == "error: lazy-rows takes on, off"
