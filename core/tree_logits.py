@@ -38,9 +38,9 @@ class TreeLogits:
                  lazy: bool, device: torch.device = torch.device("cpu")):
         self.head, self.hidden, self.kids, self.device = head, hidden, kids, device  # hidden: (N, H)
         self.rows: dict[int, torch.Tensor] = {}
-        self.products, self.ms = 0, 0.0  # LM-head products run, and the time of those run on demand
         self.all = None if lazy else head(hidden)  # (N, V) when eager
-        self.products += not lazy
+        self.products = 0 if lazy else 1  # LM-head products run so far
+        self.ms = 0.0  # the time of those run on demand
 
     def _run(self, h: torch.Tensor) -> torch.Tensor:
         t0 = now(self.device)
