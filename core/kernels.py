@@ -102,18 +102,23 @@ def time_head_kernels(w: torch.Tensor, rounds: int = 5) -> dict[str, dict[int, f
     return out
 
 
-def head_kernel(w: torch.Tensor, bias: torch.Tensor | None = None, rounds: int = 5,
-                times: dict[str, dict[int, float]] | None = None) -> str:
-    """The fastest of `head_candidates` for a (V, H) head on this machine, one decision for 1 and 8 rows together
-    (`times` from time_head_kernels, else timed now); "linear" for a head with a bias or off CPU. Measured on an
-    AVX2-only EPYC in fp32 (2 threads, 2026-12-03): the 262,144-row Gemma head took 74 ms (mv) against 40 ms
-    (oneDNN) for one row and 147 against 132 ms for 16 rows; the drafter's 16,384-row head 19 ms through linear()
-    against 7.5 ms vocabulary-major for 8 rows.
+def head_choice(w: torch.Tensor, bias: torch.Tensor | None = None, rounds: int = 5) -> tuple[str, bool]:
+    """(kernel, rows cheap) for a (V, H) head on this machine: the fastest of `head_candidates`, one decision for 1
+    and 8 rows together, and `rows_are_cheap` for that kernel; ("linear", False) for a head with a bias or off CPU.
+    Measured on an AVX2-only EPYC in fp32 (2 threads, 2026-12-03): the 262,144-row Gemma head took 74 ms (mv)
+    against 40 ms (oneDNN) for one row and 147 against 132 ms for 16 rows; the drafter's 16,384-row head 19 ms
+    through linear() against 7.5 ms vocabulary-major for 8 rows.
     """
     if bias is not None or len(head_candidates(w)) == 1:
-        return "linear"
-    times = times or time_head_kernels(w, rounds)
-    return min(times, key=lambda k: sum(times[k].values()))
+        return "linear", False
+    times = time_head_kernels(w, rounds)
+    kernel = min(times, key=lambda k: sum(times[k].values()))
+    return kernel, rows_are_cheap(times[kernel])
+
+
+def head_kernel(w: torch.Tensor, bias: torch.Tensor | None = None, rounds: int = 5) -> str:
+    """The kernel of `head_choice`: what a drafter's head needs (it never computes rows on demand)."""
+    return head_choice(w, bias, rounds)[0]
 
 
 def rows_are_cheap(times: dict[int, float]) -> bool:

@@ -54,12 +54,7 @@ class TargetModel:
         tree verify should compute only the rows acceptance visits (core/tree_logits.py). The kernels' speed
         depends on the processor, so neither is assumed."""
         head = self.model.get_output_embeddings()
-        w, bias = head.weight, getattr(head, "bias", None)
-        if bias is not None or len(kernels.head_candidates(w)) == 1:
-            return "linear", False
-        times = kernels.time_head_kernels(w)
-        kernel = kernels.head_kernel(w, times=times)
-        return kernel, kernels.rows_are_cheap(times[kernel])
+        return kernels.head_choice(head.weight, getattr(head, "bias", None))
 
     @property
     def device(self) -> torch.device:

@@ -49,9 +49,6 @@ class TreeLogits:
         self.products += 1
         return out
 
-    def __len__(self) -> int:
-        return len(self.hidden)
-
     def __getitem__(self, n: int) -> torch.Tensor:
         if self.all is not None:
             return self.all[n]
