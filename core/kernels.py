@@ -5,10 +5,12 @@ EPYC with AVX2 only on others. What is fast on one can be several times slower o
 times its candidates now, on synthetic tensors of the model's own shapes, alternating which goes first and keeping
 each one's best time (a warm-up round included).
 
-- `head_kernel`: the LM-head product as linear()'s h @ W^T, as W @ h^T (torch.mv for one row), or through oneDNN's
-  linear primitive. Same values up to summation order, so the choice cannot change a token beyond the rounding that
-  already differs between row counts. The target's head (TargetModel.logits) and the drafters' reduced heads
-  (core/drafter.py, core/medusa.py) each time their own shape and multiply through `head_product`.
+- `head_choice` (and `head_kernel`, its first half): the LM-head product as linear()'s h @ W^T, as W @ h^T
+  (torch.mv for one row), or through oneDNN's linear primitive, and whether one row is cheap enough for a tree
+  verify to compute rows on demand. Same values up to summation order, so the choice cannot change a token
+  beyond the rounding that already differs between row counts. The target's head (TargetModel.logits) and the
+  drafters' reduced heads (core/drafter.py, core/medusa.py) each time their own shape and multiply through
+  `head_product`.
 - `fastest_cpu_dtype`: bf16 or fp32 for a CPU model loaded without an explicit dtype. fp32 is the exact reference,
   so it is chosen whenever it is at least as fast; bf16 only where the processor makes it faster.
 - `bf16_matmul_is_faster`: whether head training on CPU runs under bf16 autocast or in plain fp32.
@@ -77,7 +79,7 @@ def head_product(w: torch.Tensor, h: torch.Tensor, kernel: str = "linear") -> to
 
     linear: F.linear's h @ W^T. vocab_major: the vocabulary as the GEMM's row dimension, torch.mv for one row and
     W @ h^T for several (a transposed, strided view comes back). onednn: oneDNN's linear primitive on the same
-    weight. Same values up to the order the sums run in; `head_kernel` times them for a head on this machine.
+    weight. Same values up to the order the sums run in; `head_choice` times them for a head on this machine.
     """
     if kernel == "linear":
         return F.linear(h, w)
