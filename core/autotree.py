@@ -69,7 +69,7 @@ class Calibration:
     # width, because it is convex where a kernel changes path (on one CPU, 16 tokens cost 89 ms and 24 cost 116 ms),
     # and a chain of 10 copied tokens in most steps would otherwise be priced as if it were spread evenly
     lookup_widths: tuple[int, ...]
-    draft_ms: float  # median draft ms per step at `depth`
+    draft_ms: float  # draft ms per step at `depth` (median of the drafting steps x their share; `_draft_cost`)
     depth: int
 
     @property
@@ -89,9 +89,9 @@ def verify_profile(target: TargetModel, sizes=SIZES, prefix: int = 64, rounds: i
     for 48, and `auto` chose a tree three times too big).
     """
     cache = target.new_cache()
-    ids = torch.randint(0, min(1000, target.vocab_size), (1, prefix), generator=torch.Generator().manual_seed(0))
-    ids = ids.to(target.device)
-    target.forward(ids, cache)
+    ids = torch.randint(0, min(1000, target.vocab_size), (1, max(prefix, *sizes)),
+                        generator=torch.Generator().manual_seed(0)).to(target.device)  # the prefix, then tree tokens
+    target.forward(ids[:, :prefix], cache)
     trees = {}
     for n in sizes:
         parents = [-1] + [max(0, (i - 1) // 2) for i in range(1, n)]  # a bushy binary tree
@@ -123,9 +123,17 @@ def calibrate(decoder: Eagle2Decoder, prompt_ids: list[int], tree_cfg: TreeConfi
         head_accepted=sum(p.count("head") for p in on_path) / len(steps),
         lookup_accepted=sum(p.count("lookup") for p in on_path) / len(steps),
         lookup_widths=tuple(sum(n.source == "lookup" for n in e.tree) for e in steps),
-        draft_ms=statistics.median(e.draft_ms for e in steps),  # median: a burst of load must not set the cost
+        draft_ms=_draft_cost(steps),
         depth=tree_cfg.depth,
     )
+
+
+def _draft_cost(steps: list) -> float:
+    """Draft ms per step: the median over steps that ran the head (a burst of load must not set the cost), scaled by
+    the share of steps that did (while a copy runs the lookup chain drafts alone, at no head cost). A plain median
+    over every step would read zero when copies fill over half of them, and price any tree's drafting as free."""
+    drafted = [e.draft_ms for e in steps if e.draft_forwards > 0]
+    return statistics.median(drafted) * len(drafted) / len(steps) if drafted else 0.0
 
 
 def interpolate(profile: dict[int, float], n: float) -> float:

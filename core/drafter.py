@@ -117,7 +117,7 @@ class EagleDrafter:
 
     def _draft_rows(self, full: bool) -> torch.Tensor:
         w = self.target.lm_head_weight
-        return w if full else w[self.vocab_ids]
+        return w if full else w[self.vocab_ids].detach()  # a copy of the rows, outside any autograd graph
 
     def _logits(self, feats: torch.Tensor) -> torch.Tensor:
         """(R, H) predicted features -> (R, Vd) logits over the draft vocabulary (the target's LM head rows)."""

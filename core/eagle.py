@@ -51,11 +51,11 @@ class Eagle2Decoder:
             logits = tgt.logits(hidden[0, -1])  # (V,)
             t1 = now(tgt.device)
             root, top = pick(logits, s, gen)  # top: the margin the token won by (core/exactness.py)
+            produced, done = 1, self._done(root, 1, cfg)
             t2 = now(tgt.device)
             n_commit = dr.commit(dstate, draft_in, torch.tensor([prompt_ids[1:] + [root]], device=tgt.device)) \
-                if drafting else 0
+                if drafting and not done else 0  # a finished call never drafts
             t3 = now(tgt.device)
-            produced, done = 1, self._done(root, 1, cfg)
             pending: list[tuple[torch.Tensor, list[int]]] = []  # accepted (features (1, n, F), next ids) not yet read
             history = list(prompt_ids) + [root]  # what context lookup searches
             yield StepEvent(0, self.method, (root,), verify_ms=(t1 - t0) * 1e3, draft_ms=(t3 - t2) * 1e3,
@@ -72,7 +72,7 @@ class Eagle2Decoder:
                 n_commit = self._read(dstate, pending) if proposing else 0  # the head catches up in one pass
                 pool = dr.propose(dstate, root, cfg.tree) if proposing else None
                 t_grown = now(tgt.device)
-                if pool:
+                if pool is not None:
                     check_finite("draft scores", pool.scores)
                 kept = tree.select_nodes(pool.parents, pool.scores, cfg.tree.total_tokens) if pool else [0]
                 parents = tree.subtree_parents(pool.parents, kept) if pool else [-1]

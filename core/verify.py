@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from core.config import DecodeError
 from core.sampling import sample, uniform
 
 
@@ -39,8 +40,8 @@ def residual(p: torch.Tensor, rejected: int) -> torch.Tensor:
     p = p.clone()
     p[rejected] = 0.0
     total = p.sum()
-    if total <= 0:  # every token with mass was rejected: impossible in exact arithmetic; keep p a distribution
-        raise ValueError("residual distribution has no mass left")
+    if total <= 0:  # every token with mass was rejected: impossible in exact arithmetic; a clear per-request error
+        raise DecodeError("residual distribution has no mass left")  # rather than dividing into NaN
     return p / total
 
 

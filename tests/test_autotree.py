@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from conftest import PROMPT, OracleDrafter, run, tiny_head, tiny_target
-from core.autotree import Calibration, calibrate, choose_tree, interpolate, plan_tree, verify_profile
+from core.autotree import Calibration, _draft_cost, calibrate, choose_tree, interpolate, plan_tree, verify_profile
 from core.baseline import BaselineDecoder
 from core.config import DecodeConfig, SamplingConfig, TreeConfig
 from core.eagle import Eagle2Decoder
+from core.events import StepEvent
 
 PROFILE = {2: 70.0, 4: 71.0, 8: 72.0, 16: 75.0, 32: 90.0, 64: 130.0}  # ms per verify, the shape of a 2-core CPU
 
@@ -118,3 +119,18 @@ def test_verify_profile_survives_a_burst_of_load():
     prof = verify_profile(tiny_target("llama"), sizes, prefix=32, rounds=3, clock=clock)
     assert readings == 2 * 3 * len(sizes)
     assert prof == {n: pytest.approx(2.0) for n in sizes}
+
+
+def test_draft_cost_is_not_zeroed_by_copy_steps():
+    """Three copy steps (the lookup chain alone, no head pass) and two head steps: the cost is the head steps' median
+    times their share, not the all-step median (0 ms, which would price every tree's drafting as free)."""
+    ev = [StepEvent(i, "eagle2", (1,), draft_ms=ms, draft_forwards=f)
+          for i, (ms, f) in enumerate([(0.1, 0), (40.0, 3), (0.2, 0), (60.0, 3), (0.1, 0)])]
+    assert _draft_cost(ev) == pytest.approx(50.0 * 2 / 5)
+    assert _draft_cost(ev[::2]) == 0.0  # nothing drafted: nothing to pay
+
+
+def test_verify_profile_times_sizes_beyond_the_prefix():
+    """Tree sizes larger than the timing prefix get tokens of their own (they used to be cut to the prefix)."""
+    prof = verify_profile(tiny_target("llama"), (2, 48), prefix=16, rounds=1)
+    assert set(prof) == {2, 48} and all(v > 0 for v in prof.values())

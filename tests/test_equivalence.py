@@ -170,6 +170,9 @@ def test_eos_as_first_token():
     base, _ = run(BaselineDecoder(tiny_target("llama", eos=(ref[0],))), PROMPT, DecodeConfig(max_new_tokens=50))
     toks, ev = eagle("llama", TreeConfig(8, 3, 2), n=50, eos=(ref[0],))
     assert base == toks == ref[:1] and len(ev) == 1 and ev[0].finished
+    assert ev[0].draft_forwards == 0  # finished at the prefill: the head never reads the prompt
+    one, ev1 = eagle("llama", TreeConfig(8, 3, 2), n=1)
+    assert one == ref[:1] and len(ev1) == 1 and ev1[0].draft_forwards == 0
 
 
 def test_should_stop_ends_generation():

@@ -81,10 +81,19 @@ def test_every_head_kernel_computes_linear(dtype):
     if dtype == torch.float32:
         assert "onednn" in names  # the pinned CPU torch ships oneDNN's fp32 inner product
     for name in names:
-        for x in (h[0, 0], h[0], h):  # (H,), (T, H), (B, T, H)
+        for x in (h[0, 0], h[0, :1], h[:1, :1], h[0], h):  # (H,), one row as (1, H) and (1, 1, H), (T, H), (B, T, H)
             got = kernels.head_product(w, x, name)
             assert got.shape == (*x.shape[:-1], 300)
             torch.testing.assert_close(got.float(), F.linear(x, w).float(), **tol)
+
+
+def test_timing_the_head_leaves_the_global_random_stream_alone():
+    """A seeded run (the bench seeds before loading) draws the same numbers whether or not a head was timed."""
+    torch.manual_seed(5)
+    expected = torch.rand(4)
+    torch.manual_seed(5)
+    kernels.time_head_kernels(torch.randn(64, 8, generator=torch.Generator().manual_seed(1)), rounds=1)
+    assert torch.equal(torch.rand(4), expected)
 
 
 def test_a_head_with_bias_or_an_unusual_dtype_keeps_linear():
