@@ -252,3 +252,23 @@ def test_sources_stop_with_one_line_when_the_model_writes_no_german(setup, tmp_p
     err = capsys.readouterr().err.strip().splitlines()[-1]  # after the weights' loading bar
     assert err.startswith("error: only 0 of 16 samples read as German")
     assert not out.exists() and len(list(Path(str(out) + ".parts").glob("batch_*.json"))) == 8  # resumable parts
+
+
+def test_the_training_profile_script_runs_the_recipe_loss_on_real_shards(setup, tmp_path, capsys):
+    """scripts/profile_train_step.py (README's training profile) on shards written by `core.train --data-only`: it
+    profiles the recipe's loss and backward and reports the LM-head products' share; a folder without shards is one
+    line and exit status 2."""
+    import importlib.util
+
+    assert main(args(setup, tmp_path / "run", 1) + ["--data-only"]) == 0
+    spec = importlib.util.spec_from_file_location(
+        "profile_train_step", Path(__file__).parents[1] / "scripts" / "profile_train_step.py")
+    prof = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prof)
+    common = ["--model", str(setup["model"]), "--tokens-per-batch", "64", "--steps", "1"]
+    assert prof.main(["--shards", str(tmp_path / "run" / "shards"), "--draft-vocab", "96", *common]) == 0
+    out = capsys.readouterr().out
+    assert "tokens a step" in out and "draft vocab 96, 2 unrolled steps" in out and "matrix products:" in out
+    assert "aten::mm" in out  # the operator table
+    assert prof.main(["--shards", str(tmp_path / "nothing"), *common]) == 2
+    assert capsys.readouterr().err.strip() == f"error: no shard_*.safetensors in {tmp_path / 'nothing'}"
