@@ -272,3 +272,48 @@ def test_the_training_profile_script_runs_the_recipe_loss_on_real_shards(setup, 
     assert "aten::mm" in out  # the operator table
     assert prof.main(["--shards", str(tmp_path / "nothing"), *common]) == 2
     assert capsys.readouterr().err.strip() == f"error: no shard_*.safetensors in {tmp_path / 'nothing'}"
+
+
+def test_the_agreement_script_guesses_what_the_drafter_guesses_one_pair_at_a_time(setup, tmp_path, capsys):
+    """scripts/head_agreement.py scores every position of a continuation in one head pass; the engine's drafter, fed
+    the same real pairs one at a time (its KV cache, its draft-vocabulary top-1), must make the same guess at every
+    position, and the script's counts must be those guesses'. A file without prompts is one line and exit 2."""
+    import importlib.util
+
+    from core.draft_head import save_head
+    from core.models import load_target
+    from core.pipeline import encode_prompt
+
+    spec = importlib.util.spec_from_file_location(
+        "head_agreement", Path(__file__).parents[1] / "scripts" / "head_agreement.py")
+    agree = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agree)
+    target, tok = load_target(str(setup["model"]), dtype="fp32")
+    vocab = torch.arange(0, 128, 2)  # a reduced draft vocabulary: draft ids map back to the target's
+    save_head(init_head(HeadConfig.for_target(64, 128, len(vocab)), vocab, seed=2), tmp_path / "h",
+              dtype=torch.float32)
+    head = load_head(tmp_path / "h")
+    expected = []
+    with torch.inference_mode():
+        for q in [json.loads(line) for line in open(setup["questions.jsonl"])]:
+            ids = torch.tensor([encode_prompt(tok, q["turns"][0], "raw")])
+            full = target.model.generate(ids, max_new_tokens=12, do_sample=False)  # (1, S)
+            feat = target.decoder(input_ids=full).last_hidden_state
+            drafter, one_by_one = EagleDrafter(head, target), []
+            st = drafter.start()
+            for i in range(full.shape[1] - 2):  # pair (f_i, t_{i+1}) in, the guess of t_{i+2} out
+                drafter.commit(st, feat[:, i:i + 1], full[:, i + 1:i + 2])
+                one_by_one.append(drafter._topk(st.feat[None], 1)[1][0, 0].item())
+            assert agree.guesses(target, head, full).tolist() == one_by_one
+            first = ids.shape[1] - 2
+            hits = sum(g == t for g, t in zip(one_by_one[first:], full[0, ids.shape[1]:].tolist()))
+            expected.append(f"{hits}/{len(one_by_one) - first} continuation tokens")
+    common = ["--model", str(setup["model"]), "--head", str(tmp_path / "h"), "--max-new-tokens", "12",
+              "--prompt-mode", "raw"]
+    assert agree.main(["--questions", str(setup["questions.jsonl"]), "--n", "2", *common]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(":")[0] for line in lines[:-1]] == expected
+    assert lines[-1].startswith("top-1 agreement on the target's continuations: ") and "(24 tokens)" in lines[-1]
+    (tmp_path / "empty.jsonl").write_text('{"id": 1}\n')
+    assert agree.main(["--questions", str(tmp_path / "empty.jsonl"), *common]) == 2
+    assert "no prompts" in capsys.readouterr().err
