@@ -8,7 +8,9 @@ that scores well on its training pool and poorly here generalises poorly; one th
 poorly in decoding points at the loop. EAGLE-1/2 heads (the head reads the last feature).
 
     python scripts/head_agreement.py --model smollm2-135m-instruct --head static/heads/smollm2-135m-instruct \
-        --questions ../shared/data/mt_bench_questions.jsonl --n 6 --prompt-mode chat
+        --questions ../shared/data/mt_bench_questions.jsonl --n 10 --prompt-mode chat
+    python scripts/head_agreement.py --head static/heads/gemma-3-270m --questions ../shared/data/train/prompts.jsonl \
+        --n 8 --sample-seed 1 --prompt-mode raw
 
 Results: README, "Heads for the offline presets".
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -27,7 +30,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--head", required=True, help="an EAGLE-1/2 head folder")
     p.add_argument("--questions", required=True, help="JSONL rows with 'turns' (first turn used) or 'prompt'")
     p.add_argument("--model", default=None, help="target (default: the default model)")
-    p.add_argument("--n", type=int, default=6, help="prompts (the first n rows)")
+    p.add_argument("--n", type=int, default=6, help="prompts (the first n rows, or n drawn with --sample-seed)")
+    p.add_argument("--sample-seed", type=int, default=None,
+                   help="draw the n rows at random with this seed (random.Random(seed).sample) instead")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--prompt-mode", default="auto", choices=("auto", "raw", "chat"))
     p.add_argument("--dtype", default="fp32")
@@ -57,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, json.JSONDecodeError) as e:
         print(f"error: cannot read {a.questions}: {e}", file=sys.stderr)
         return 2
+    if a.sample_seed is not None:
+        rows = random.Random(a.sample_seed).sample(rows, min(a.n, len(rows)))
     texts = [t for t in map(prompt_text, rows) if isinstance(t, str) and t.strip()][: a.n]
     if not texts:
         print(f"error: no prompts in {a.questions} (rows need 'turns' or 'prompt')", file=sys.stderr)

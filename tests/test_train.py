@@ -314,6 +314,8 @@ def test_the_agreement_script_guesses_what_the_drafter_guesses_one_pair_at_a_tim
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split(":")[0] for line in lines[:-1]] == expected
     assert lines[-1].startswith("top-1 agreement on the target's continuations: ") and "(24 tokens)" in lines[-1]
+    assert agree.main(["--questions", str(setup["questions.jsonl"]), "--n", "1", "--sample-seed", "0", *common]) == 0
+    assert capsys.readouterr().out.count("continuation tokens:") == 1  # one row drawn at random
     (tmp_path / "empty.jsonl").write_text('{"id": 1}\n')
     assert agree.main(["--questions", str(tmp_path / "empty.jsonl"), *common]) == 2
     assert "no prompts" in capsys.readouterr().err
