@@ -4,9 +4,8 @@ The target's body runs over all N tree nodes, but acceptance reads the logits of
 the accepted path and the node where it stops, about tau of N. Where one LM-head row costs much less than a batch
 of rows (a product bound by arithmetic rather than by reading the weight, as fp32 on an AVX2-only CPU: 40 ms for
 one row of Gemma 3 270M's 262,144-row head against 132 ms for 16, both through oneDNN on 2026-12-03, as timed in
-`kernels.head_choice`), `TreeLogits` computes the root's row alone and,
-when the walk goes on, every row of the accepted child's subtree in one more product: at most two products a step,
-never more than N rows. Where a row costs about what a batch does (bf16 on AMX, GPUs), all N rows are computed at
+`kernels.head_choice`), `TreeLogits` computes the root's row alone and, when the walk goes on, every row of the
+accepted child's subtree in one more product: at most two products a step, never more than N rows. Where a row costs about what a batch does (bf16 on AMX, GPUs), all N rows are computed at
 once, as before; `TargetModel.lazy_rows` is that choice, timed at start-up (core/kernels.py).
 
 Either way a row's values are those of the same LM-head product over that row, so acceptance and its output are
