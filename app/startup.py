@@ -19,11 +19,11 @@ def auto_or_parse(spec: str | None, eagle, tokenizer) -> TreePlan:
         return TreePlan.fixed(DEFAULT_TREE, "engine default")
     if spec != "auto":
         return TreePlan.fixed(TreeConfig.parse(spec), "given")
-    from core.autotree import plan_regimes
+    from core.autotree import describe, plan_regimes
 
     plan, reports = plan_regimes(eagle, tokenizer("The history of the printing press").input_ids, max_new_tokens=48)
     logging.getLogger("eagle_playground").info(
-        "auto tree: greedy %s, sampled %s (verify ms by tree size %s)", plan.greedy, plan.sampled,
+        "auto tree: greedy %s, sampled %s (verify ms by tree size %s)", describe(plan.greedy), describe(plan.sampled),
         {n: round(v, 1) for n, v in reports["greedy"].verify_ms.items()})
     return plan
 

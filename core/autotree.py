@@ -7,6 +7,9 @@ cut at level d' and reranked, so for every (N, d') the planner (`plan_tree`, pur
     tokens per step = 1 + c * E[sum of the top N-1 exp(scores) among nodes of depth <= d'] (+ lookup's tokens)
     ms per step     = draft ms * d'/depth + verify ms(N + lookup nodes)
 and keeps the fastest tokens/ms. c rescales predicted to observed acceptance; verify ms(N) is timed on this machine.
+N = 1 is the root alone: no head pass, so no draft cost. With lookup off that is plain decoding, which the planner
+picks where no tree pays for its verify width (on one AVX2 CPU a 2-token verify of a 0.5B target cost 1.7x its
+one-token step, so every tree there ran slower than no tree at all).
 Context lookup is planned only for sampled runs, where it stays on only when the tokens it was seen to add pay for the
 verify width it costs (at T=1 sampled text rarely repeats: over 12 Spec-Bench prompts it added 0.01 tokens a step).
 Greedy runs keep it as configured: small models loop and copy later in a generation than one short calibration sees
@@ -28,7 +31,7 @@ from core.models import TargetModel
 from core.sampling import peak
 from core.timing import now
 
-SIZES = (2, 4, 8, 12, 16, 24, 32, 48, 64)
+SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)  # 1: the root alone (no draft; plain decoding without lookup)
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,13 @@ class Calibration:
     def lookup_nodes(self) -> float:
         """Mean lookup nodes grafted per step."""
         return sum(self.lookup_widths) / len(self.lookup_widths) if self.lookup_widths else 0.0
+
+
+def describe(t: TreeConfig) -> str:
+    """A plan in words, for logs and reports: a planned tree of one node is not a tree."""
+    if t.total_tokens == 1:
+        return f"context lookup alone (chain {t.lookup}, no head)" if t.lookup else "plain decoding (no tree pays here)"
+    return f"{t.total_tokens} nodes, depth {t.depth}, top-{t.top_k}" + (f", lookup {t.lookup}" if t.lookup else "")
 
 
 def verify_profile(target: TargetModel, sizes=SIZES, prefix: int = 64, rounds: int = 5,
@@ -150,7 +160,8 @@ def interpolate(profile: dict[int, float], n: float) -> float:
 def plan_tree(cal: Calibration, profile: dict[int, float], top_k: int, lookup: int,
               plan_lookup: bool = True) -> AutoTreeReport:
     """Pure: the (total_tokens, depth, lookup on/off) that maximises predicted tokens per ms; with plan_lookup
-    False, lookup stays at `lookup` and only size and depth are planned."""
+    False, lookup stays at `lookup` on every plan that drafts, and only size and depth are planned. Plain decoding
+    (the root alone, lookup off) is always an option when the profile has size 1: it is what a tree must beat."""
     sizes = sorted(profile)
     # verifying fewer tokens never costs more: each size costs at most what any larger size measured (timing noise)
     cost = {n: min(profile[m] for m in sizes if m >= n) for n in sizes}
@@ -168,16 +179,22 @@ def plan_tree(cal: Calibration, profile: dict[int, float], top_k: int, lookup: i
             options = (False, True) if lookup and cal.lookup_nodes else (False,)
         else:
             options = (lookup > 0,)
-        for use_lookup in options:
+        groups = [(use, tuple(head)) for use in options]  # (lookup on?, sizes planned with it)
+        if 1 in head and False not in options:
+            groups.append((False, (1,)))  # plain decoding competes even where every drafting plan keeps lookup
+        for use_lookup, planned in groups:
             extra_tokens = cal.lookup_accepted if use_lookup else 0.0
             widths = (cal.lookup_widths or (0,)) if use_lookup else (0,)
-            expected = {n: 1.0 + extra_tokens + h for n, h in head.items()}
+            expected = {n: 1.0 + extra_tokens + head[n] for n in planned}
             for n, e in expected.items():
+                if n == 1 and d > 1:
+                    continue  # the root alone is the same plan at every depth: priced once, at depth 1
+                cost_draft = draft if n > 1 else 0.0  # the root alone runs no head pass
                 verify = sum(interpolate(cost, n + w) for w in widths) / len(widths)  # expected over the steps
-                rate = e / (draft + verify)
+                rate = e / (cost_draft + verify)
                 if rate > best_rate:
                     chosen = TreeConfig(total_tokens=n, depth=d, top_k=top_k, lookup=lookup if use_lookup else 0)
-                    best, best_rate, best_expected, best_draft = chosen, rate, expected, draft
+                    best, best_rate, best_expected, best_draft = chosen, rate, expected, cost_draft
     return AutoTreeReport(best, profile, best_expected, best_draft, c)
 
 

@@ -49,7 +49,7 @@ from core.bench_report import (  # noqa: F401  (re-exported: the pure arithmetic
     summary_table, vocab_table, write_html,
 )
 from core import pipeline
-from core.autotree import choose_tree
+from core.autotree import choose_tree, describe
 from core.config import DecodeConfig, SamplingConfig, TreeConfig
 
 from core.exactness import classify, first_difference
@@ -172,6 +172,7 @@ def resolve_tree(given: TreeConfig | None, eagle, prompt_ids: list[int],
         return given, {"source": "given"}
     report = choose_tree(eagle, prompt_ids, sampling=sampling)  # calibrates on the first prompt (the warm-up one)
     return report.chosen, {"source": "auto: core.autotree.choose_tree on the first prompt, at the run's sampling",
+                           "plan": describe(report.chosen),
                            "verify_ms": report.verify_ms, "expected_tokens": report.expected_tokens,
                            "draft_ms": report.draft_ms, "calibration": report.calibration}
 
@@ -365,7 +366,7 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
     runners = make_runners(plan, target, tok, baseline, eagle, tree, eagle_b, greedy_tree, medusa)
     compare = plan.decode.sampling.greedy and "baseline" in plan.methods
     print(f"[bench] {target.name} on {target.device} ({target.dtype}), {len(questions)} prompts, "
-          f"methods {','.join(plan.methods)}, tree {tree} ({tree_info['source']}); warming up ...", file=sys.stderr)
+          f"methods {','.join(plan.methods)}, tree {tree} ({describe(tree)}; {tree_info['source']}); warming up ...", file=sys.stderr)
     bar, progress = _progress_bar(len(questions), plan.methods)
     try:
         rows = run_bench(questions, prompts, runners, plan.methods, target.device, a.seed, compare, progress,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import PROMPT, OracleDrafter, run, tiny_head, tiny_target
-from core.autotree import Calibration, _draft_cost, calibrate, choose_tree, interpolate, plan_tree, verify_profile
+from core.autotree import (Calibration, _draft_cost, calibrate, choose_tree, describe, interpolate, plan_tree,
+                           verify_profile)
 from core.baseline import BaselineDecoder
 from core.config import DecodeConfig, SamplingConfig, TreeConfig
 from core.eagle import Eagle2Decoder
@@ -134,3 +135,48 @@ def test_verify_profile_times_sizes_beyond_the_prefix():
     """Tree sizes larger than the timing prefix get tokens of their own (they used to be cut to the prefix)."""
     prof = verify_profile(tiny_target("llama"), (2, 48), prefix=16, rounds=1)
     assert set(prof) == {2, 48} and all(v > 0 for v in prof.values())
+
+
+SLOW_FEW_ROWS = {1: 184.0, 2: 313.0, 4: 330.0, 8: 420.0, 16: 779.0, 32: 1300.0, 64: 2400.0}  # a 0.5B target, AVX2
+
+
+@pytest.mark.parametrize("plan_lookup", [False, True])
+def test_plan_falls_back_to_plain_decoding_when_no_tree_pays(plan_lookup):
+    """A 2-token verify costs 1.7x the one-token step (few-row products on one CPU): a head accepting 0.5 tokens a
+    step and lookup adding 0.3 cannot pay for any width, so the plan is the root alone with lookup off, even for a
+    greedy run, which keeps the configured lookup on every plan that drafts."""
+    c = cal([0.5, 0.2, 0.1, 0.05, 0.02, 0.01], head_accepted=0.5, lookup_accepted=0.3, lookup_nodes=10)
+    r = plan_tree(c, SLOW_FEW_ROWS, top_k=8, lookup=10, plan_lookup=plan_lookup)
+    assert (r.chosen.total_tokens, r.chosen.lookup) == (1, 0)
+    assert r.draft_ms == 0.0 and r.expected_tokens[1] == 1.0
+    assert describe(r.chosen) == "plain decoding (no tree pays here)"
+
+
+def test_plan_keeps_a_tree_where_the_verify_is_nearly_flat():
+    """The same head where a 16-token verify costs 7 % more than one token: a tree pays, plain decoding loses."""
+    scores = [0.8 ** d for d in range(1, 7)]
+    r = plan_tree(cal(scores, head_accepted=sum(scores) * 0.8, draft_ms=12.0), {1: 68.0, **PROFILE}, top_k=8,
+                  lookup=0)
+    assert r.chosen.total_tokens > 1 and r.draft_ms > 0
+
+
+def test_plan_can_choose_context_lookup_alone():
+    """Nothing accepted from the head, but copied chains add 3 tokens a step: the root plus the lookup chain, with no
+    head pass (a sampled run plans lookup; its draft cost is zero)."""
+    c = cal([0.3] * 6, head_accepted=0.0, lookup_accepted=3.0, lookup_nodes=10)
+    r = plan_tree(c, {1: 68.0, **PROFILE}, top_k=8, lookup=10)
+    assert (r.chosen.total_tokens, r.chosen.lookup) == (1, 10) and r.draft_ms == 0.0
+    assert r.expected_tokens[1] == pytest.approx(4.0)
+    assert describe(r.chosen) == "context lookup alone (chain 10, no head)"
+
+
+def test_a_planned_root_alone_decodes_like_the_baseline():
+    """What the plan hands the engine when it picks plain decoding (one node, lookup off): the same tokens as the
+    baseline, one token per target forward, and no draft pass."""
+    tgt = tiny_target("llama")
+    ref, _ = run(BaselineDecoder(tgt), PROMPT, DecodeConfig(max_new_tokens=24))
+    plain = TreeConfig(total_tokens=1, depth=1, top_k=8, lookup=0)
+    out, events = run(Eagle2Decoder(tgt, OracleDrafter(tiny_head(tgt), tgt, PROMPT + ref, seed=1)), PROMPT,
+                      DecodeConfig(max_new_tokens=24, tree=plain))
+    assert out == ref
+    assert all(len(e.new_token_ids) == 1 and e.draft_forwards == 0 for e in events)
