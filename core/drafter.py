@@ -135,7 +135,8 @@ class EagleDrafter:
         """Append real pairs: features (1, n, H) (EAGLE-3: (1, n, 3H) taps), next_ids (1, n); one head pass."""
         n = next_ids.shape[1]
         pos = torch.arange(st.length, st.length + n, device=features.device)
-        out, kv = self.head(self.target.embed(next_ids), features, pos, st.kv)
+        with kernels.linear_route(n, self.target.onednn_rows):  # the head's layer has the target's layer shapes
+            out, kv = self.head(self.target.embed(next_ids), features, pos, st.kv)
         st.kv = kv if st.kv is None else (torch.cat([st.kv[0], kv[0]], 2), torch.cat([st.kv[1], kv[1]], 2))
         st.length += n
         st.feat = out[0, -1]
@@ -171,7 +172,8 @@ class EagleDrafter:
                 vis[i, c] = True
             mask = torch.cat([torch.ones(len(frontier), st.length, dtype=torch.bool, device=vis.device), vis], 1)
             past = self._past(st, tmp_k, tmp_v)
-            out, (kk, vv) = self.head(self.target.embed(ids), frontier_feat[None], pos, past, mask[None, None])
+            with kernels.linear_route(len(frontier), self.target.onednn_rows):
+                out, (kk, vv) = self.head(self.target.embed(ids), frontier_feat[None], pos, past, mask[None, None])
             pool.forwards += 1
             tmp_k.append(kk)
             tmp_v.append(vv)

@@ -11,6 +11,11 @@ each one's best time (a warm-up round included).
   beyond the rounding that already differs between row counts. The target's head (TargetModel.logits) and the
   drafters' reduced heads (core/drafter.py, core/medusa.py) each time their own shape and multiply through
   `head_product`.
+- `body_choice` and `OneDNNLinear`: at which row counts the target's forward runs faster with its linear layers
+  routed through oneDNN's linear primitive than through linear()'s default BLAS call (MKL in torch's CPU builds).
+  On an AVX2-only EPYC in fp32 a decoder layer's products ran about 2x faster through oneDNN at the 4 to 32 rows of
+  a tree verify. The route is a torch function mode entered around the target's forward (and the draft head's):
+  the modeling code, its classes and its modules stay as they are.
 - `fastest_cpu_dtype`: bf16 or fp32 for a CPU model loaded without an explicit dtype. fp32 is the exact reference,
   so it is chosen whenever it is at least as fast; bf16 only where the processor makes it faster.
 - `bf16_matmul_is_faster`: whether head training on CPU runs under bf16 autocast or in plain fp32.
@@ -21,12 +26,14 @@ Measured on an AMD EPYC with AVX2 only (2 threads, 2026-12-02; README "When the 
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 ROWS = (1, 16)  # a one-token step and a default tree verify (16 nodes)
 HEAD_SLICE = 32768  # LM-head rows timed; the cost is scaled to the full vocabulary
@@ -49,9 +56,10 @@ def fastest(candidates: dict[object, Callable[[], object]], rounds: int = 5) -> 
 HEAD_KERNELS = ("linear", "vocab_major", "onednn")  # equal values, summed in different orders
 
 
-def _onednn_linear(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """(M, H) x (V, H) -> (M, V) through oneDNN's linear primitive on the plain (unpacked) weight, no copy."""
-    return torch.ops.mkldnn._linear_pointwise(h.contiguous(), w, None, "none", [], "")
+def _onednn_linear(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """(M, H) x (V, H) (+ b (V,)) -> (M, V) through oneDNN's linear primitive on the plain (unpacked) weight, no
+    copy."""
+    return torch.ops.mkldnn._linear_pointwise(h.contiguous(), w, b, "none", [], "")
 
 
 @functools.lru_cache(maxsize=None)
@@ -132,6 +140,53 @@ def rows_are_cheap(times: dict[int, float]) -> bool:
     accepted child's subtree can hold more than half the nodes (then the walk pays one extra fixed cost a, and
     gains whenever the root's own row rejects every draft). Measured, not assumed: README, "LM-head kernels"."""
     return 2 * times[1] < times[8]
+
+
+BODY_ROWS = (1, 4, 16, 64)  # a one-token step, a small tree, the default tree, a large tree or a prompt
+
+
+class OneDNNLinear(TorchFunctionMode):
+    """While active, every F.linear on CPU whose input and weight share a dtype runs through oneDNN's linear
+    primitive (`_onednn_linear`, bias added there); any other call passes through unchanged. A function mode sees
+    every torch call, so it costs a few microseconds on each (about 13 ms over the ~2,200 calls of one Gemma 3 270M
+    forward on the AVX2 EPYC); `body_choice` therefore times whole forwards, not products."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.linear:
+            x, w = args[0], args[1]
+            b = args[2] if len(args) > 2 else kwargs.get("bias")
+            if x.device.type == "cpu" and x.dtype == w.dtype and w.dim() == 2 and (b is None or b.dtype == w.dtype):
+                flat = x.reshape(-1, x.shape[-1])  # (M, in)
+                return _onednn_linear(flat, w, b).reshape(*x.shape[:-1], w.shape[0])
+        return func(*args, **kwargs)
+
+
+def body_choice(forward: Callable[[int, bool], object], sizes: tuple[int, ...] = BODY_ROWS,
+                rounds: int = 2) -> frozenset[int]:
+    """The row counts in `sizes` at which `forward(rows, routed)` (one target forward of that many new tokens, inside
+    `OneDNNLinear` when routed) ran faster routed; `routes_onednn` maps any row count onto them. Measured on an
+    AVX2-only EPYC in fp32 (2 threads, 2026-12-03): Gemma 3 270M's forward lost routed at one row (99 against 87 ms:
+    the mode's cost) and won at 16 (178 against 196); one Qwen2.5-0.5B layer's products alone took 26.2 ms through
+    linear() against 13.9 ms through oneDNN at 16 rows (README, "When the processor has no bf16 units")."""
+    won = set()
+    for m in sizes:
+        t = fastest({False: lambda: forward(m, False), True: lambda: forward(m, True)}, rounds)
+        if t[True] < t[False]:
+            won.add(m)
+    return frozenset(won)
+
+
+def routes_onednn(rows: int, won: frozenset[int], sizes: tuple[int, ...] = BODY_ROWS) -> bool:
+    """Whether a forward of `rows` rows takes the oneDNN route: the largest timed size not above `rows` won."""
+    below = [m for m in sizes if m <= rows]
+    return bool(below) and below[-1] in won
+
+
+def linear_route(rows: int, won: frozenset[int]):
+    """The context a forward of `rows` rows runs its linear layers in: `OneDNNLinear` where `routes_onednn`, else
+    a no-op."""
+    return OneDNNLinear() if routes_onednn(rows, won) else contextlib.nullcontext()
 
 
 def _step_seconds(dtype: torch.dtype, hidden: int, intermediate: int, vocab: int, body_params: int,

@@ -8,6 +8,7 @@ rejected tree branch still needs (docs/ARCHITECTURE.md §2).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -45,6 +46,9 @@ class TargetModel:
         self.max_positions: int = int(getattr(cfg, "max_position_embeddings", 8192) or 8192)
         # CPU: which LM-head product is fastest on this machine, and whether a verify computes only visited rows
         self.head_kernel, self.lazy_rows = self._time_lm_head()
+        # CPU: the row counts at which a forward ran faster with its linear layers through oneDNN (core/kernels.py)
+        self.onednn_rows: frozenset[int] = frozenset()
+        self.onednn_rows = self._time_body()
         self.dtype_timing: dict[str, float] | None = None  # set by load_target when it timed bf16 against fp32
 
     def _time_lm_head(self) -> tuple[str, bool]:
@@ -55,6 +59,27 @@ class TargetModel:
         depends on the processor, so neither is assumed."""
         head = self.model.get_output_embeddings()
         return kernels.head_choice(head.weight, getattr(head, "bias", None))
+
+    def _time_body(self, prefix: int = 32) -> frozenset[int]:
+        """`kernels.body_choice` for this target: whole forwards of 1 to 64 new tokens after a `prefix`-token
+        context, with and without the oneDNN route (CPU, dtypes this build's oneDNN runs); empty elsewhere."""
+        if self.device.type != "cpu" or not kernels.onednn_head_works(self.dtype):
+            return frozenset()
+        sizes = kernels.BODY_ROWS
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, min(1000, self.vocab_size), (1, prefix + max(sizes)), generator=gen)  # (1, P + M)
+        cache = self.new_cache()
+        self.forward(ids[:, :prefix], cache)
+
+        def forward(m: int, routed: bool) -> None:
+            with kernels.OneDNNLinear() if routed else contextlib.nullcontext():
+                self.forward(ids[:, prefix:prefix + m], cache)  # onednn_rows is empty while timing: no own route
+            kv_cache.crop(cache, prefix)
+
+        try:
+            return kernels.body_choice(forward, sizes)
+        finally:
+            kv_cache.free(cache)
 
     @property
     def device(self) -> torch.device:
@@ -125,14 +150,15 @@ class TargetModel:
             pos = prefix + torch.tensor(depths, device=dev)
             anc = anc.to(dev)
         masks = self._masks(pos, prefix, anc)
-        out = self.decoder(
-            input_ids=ids,
-            position_ids=pos.unsqueeze(0),
-            attention_mask=masks,
-            cache=cache,
-            use_cache=True,
-            output_hidden_states=bool(output_layers),
-        )
+        with kernels.linear_route(t, self.onednn_rows):  # the body's products through the kernel timed faster here
+            out = self.decoder(
+                input_ids=ids,
+                position_ids=pos.unsqueeze(0),
+                attention_mask=masks,
+                cache=cache,
+                use_cache=True,
+                output_hidden_states=bool(output_layers),
+            )
         taps = None
         if output_layers:
             taps = torch.cat([out.hidden_states[i] for i in output_layers], dim=-1)

@@ -130,3 +130,73 @@ def test_drafters_time_their_own_head_and_draft_the_same_with_any_kernel(monkeyp
         pool = dr.propose(st, 1, TreeConfig(total_tokens=12, depth=4, top_k=3, lookup=0))
         pools.append((pool.tokens, pool.parents))
     assert len(pools) >= 2 and all(p == pools[0] for p in pools)
+
+
+def test_onednn_linear_mode_computes_linear_and_touches_nothing_else():
+    """Inside the mode F.linear (3-D input, with and without bias) runs through oneDNN and equals linear(); other
+    functions pass through; outside the mode nothing changes."""
+    if not kernels.onednn_head_works(torch.float32):
+        pytest.fail("this torch build cannot run oneDNN's fp32 linear: the body route would never be taken")
+    gen = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(1, 5, 24, generator=gen), torch.randn(40, 24, generator=gen), torch.randn(40, generator=gen)
+    calls = []
+    real = kernels._onednn_linear
+
+    def spy(h, weight, bias=None):
+        calls.append(tuple(h.shape))
+        return real(h, weight, bias)
+
+    kernels._onednn_linear = spy
+    try:
+        with torch.inference_mode(), kernels.OneDNNLinear():
+            got, got_b = F.linear(x, w), torch.nn.functional.linear(x, w, b)
+            soft = torch.softmax(x, -1)  # not a linear: untouched
+        assert calls == [(5, 24), (5, 24)]
+        torch.testing.assert_close(got, F.linear(x, w))
+        torch.testing.assert_close(got_b, F.linear(x, w, b))
+        torch.testing.assert_close(soft, torch.softmax(x, -1))
+        F.linear(x, w)
+        assert len(calls) == 2  # the mode has ended
+    finally:
+        kernels._onednn_linear = real
+
+
+def test_body_choice_keeps_the_sizes_where_the_routed_forward_was_faster():
+    """A stand-in forward whose routed call is 4 ms slower below 16 rows and 4 ms faster from 16 on (a function
+    mode's fixed cost against cheaper products): the choice is exactly {16, 64}. A real tiny target's own timing
+    is one of the subsets."""
+    calls = []
+
+    def forward(m: int, routed: bool) -> None:
+        calls.append((m, routed))
+        time.sleep(0.004 if routed != (m >= 16) else 0.0)
+
+    assert kernels.body_choice(forward, rounds=2) == frozenset({16, 64})
+    assert {m for m, _ in calls} == set(kernels.BODY_ROWS) and len(calls) == 2 * 3 * len(kernels.BODY_ROWS)
+    tgt = models.TargetModel(tiny_model("llama"), name="tiny")
+    assert tgt.onednn_rows <= set(kernels.BODY_ROWS)
+
+
+def test_a_row_count_follows_the_largest_timed_size_below_it():
+    won = frozenset({4, 16})
+    assert [kernels.routes_onednn(r, won) for r in (1, 2, 3, 4, 15, 16, 63, 64, 500)] == \
+        [False, False, False, True, True, True, True, False, False]
+    assert not kernels.routes_onednn(0, won) and not kernels.routes_onednn(16, frozenset())
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma3"])
+@pytest.mark.parametrize("won", [frozenset(), frozenset(kernels.BODY_ROWS)])
+def test_the_body_route_keeps_eagle_equal_to_the_baseline(kind, won):
+    """fp32: EAGLE-2 equals the baseline with every forward (prefill, step, tree verify) routed through oneDNN and
+    with none routed: the route changes summation order only, and both decoders share it."""
+    from conftest import PROMPT, run, tiny_drafter, tiny_target
+    from core.baseline import BaselineDecoder
+    from core.config import DecodeConfig, TreeConfig
+    from core.eagle import Eagle2Decoder
+
+    cfg = DecodeConfig(max_new_tokens=40, tree=TreeConfig(total_tokens=12, depth=4, top_k=4, lookup=4))
+    tgt = tiny_target(kind)
+    tgt.onednn_rows = won
+    ref, _ = run(BaselineDecoder(tgt), PROMPT, cfg)
+    got, events = run(Eagle2Decoder(tgt, tiny_drafter("eagle", tgt)), PROMPT, cfg)
+    assert got == ref and any(len(e.tree) > 1 for e in events)
