@@ -142,7 +142,7 @@ def rows_are_cheap(times: dict[int, float]) -> bool:
     return 2 * times[1] < times[8]
 
 
-BODY_ROWS = (1, 4, 16, 64)  # a one-token step, a small tree, the default tree, a large tree or a prompt
+BODY_ROWS = (1, 2, 4, 16, 64)  # a one-token step, small trees, the default tree, a large tree or a prompt
 
 
 class OneDNNLinear(TorchFunctionMode):

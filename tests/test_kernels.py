@@ -181,6 +181,7 @@ def test_a_row_count_follows_the_largest_timed_size_below_it():
     won = frozenset({4, 16})
     assert [kernels.routes_onednn(r, won) for r in (1, 2, 3, 4, 15, 16, 63, 64, 500)] == \
         [False, False, False, True, True, True, True, False, False]
+    assert kernels.routes_onednn(3, frozenset({2})) and not kernels.routes_onednn(1, frozenset({2}))
     assert not kernels.routes_onednn(0, won) and not kernels.routes_onednn(16, frozenset())
 
 
