@@ -5,7 +5,9 @@ can be measured on this machine:
 
 - `lazy-rows`: a tree verify computes LM-head rows as acceptance reads them, or all N at once (core/tree_logits.py);
 - `target-kernel`: the target's LM-head product (linear, vocab_major, onednn);
-- `draft-kernel`: the draft head's product over its draft vocabulary.
+- `draft-kernel`: the draft head's product over its draft vocabulary;
+- `body-route`: the row counts whose forwards (target and draft head) run their linear layers through oneDNN:
+  `timed` (what start-up timing chose), `off` (none), `all` (every count).
 
 Each round runs every value over every prompt, the order of values reversed on odd rounds; it prints mean tokens/s,
 draft and verify ms per step and τ for each (value, decoder), and whether every value produced the same tokens.
@@ -13,6 +15,7 @@ Run it alone on the machine.
 
     python scripts/ab_switch.py lazy-rows --values on,off --tree 16,6,8,0 --tree 2,1,8,10 --rounds 2
     python scripts/ab_switch.py target-kernel --values vocab_major,onednn --baseline --max-new-tokens 48
+    python scripts/ab_switch.py body-route --values timed,off --baseline --tree 16,6,8,0 --tree 4,2,8,0
 
 Results: README, "LM-head kernels, timed three ways".
 """
@@ -34,9 +37,13 @@ PROMPTS = (
 )
 
 
-def apply(switch: str, value: str, target, drafter) -> None:
-    """Force one switch to one value on the loaded target / drafter."""
-    if switch == "lazy-rows":
+def apply(switch: str, value: str, target, drafter, timed_rows: frozenset[int] = frozenset()) -> None:
+    """Force one switch to one value on the loaded target / drafter (`timed_rows`: start-up's body route)."""
+    from core import kernels
+
+    if switch == "body-route":
+        target.onednn_rows = {"timed": timed_rows, "off": frozenset(), "all": frozenset(kernels.BODY_ROWS)}[value]
+    elif switch == "lazy-rows":
         target.lazy_rows = {"on": True, "off": False}[value]
     elif switch == "target-kernel":
         target.head_kernel = value
@@ -46,8 +53,8 @@ def apply(switch: str, value: str, target, drafter) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("switch", choices=("lazy-rows", "target-kernel", "draft-kernel"))
-    ap.add_argument("--values", required=True, help="comma-separated: on,off or kernel names")
+    ap.add_argument("switch", choices=("lazy-rows", "target-kernel", "draft-kernel", "body-route"))
+    ap.add_argument("--values", required=True, help="comma-separated: on,off; kernel names; timed,off,all")
     ap.add_argument("--tree", action="append", default=None, help="total_tokens,depth,top_k,lookup (repeatable)")
     ap.add_argument("--baseline", action="store_true", help="also time plain decoding")
     ap.add_argument("--prompts", type=int, default=len(PROMPTS))
@@ -67,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     from core.pipeline import default_head
 
     values = a.values.split(",")
-    allowed = ("on", "off") if a.switch == "lazy-rows" else kernels.HEAD_KERNELS
+    allowed = {"lazy-rows": ("on", "off"), "body-route": ("timed", "off", "all")}.get(a.switch, kernels.HEAD_KERNELS)
     if not set(values) <= set(allowed):
         print(f"error: {a.switch} takes {', '.join(allowed)}", file=sys.stderr)
         return 2
@@ -78,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     target, tok = load_target(a.model, dtype=a.dtype)
     drafter = make_drafter(load_any_head(head), target)
     print(f"timed at start-up: target {target.head_kernel} (rows on demand: {target.lazy_rows}), "
-          f"draft {drafter.head_kernel}", flush=True)
+          f"draft {drafter.head_kernel}, body through oneDNN at rows {sorted(target.onednn_rows)}", flush=True)
+    timed_rows = target.onednn_rows
     lanes = {}
     for spec in a.tree or ["16,6,8,0"]:
         n, d, k, lk = (int(x) for x in spec.split(","))
@@ -92,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     outputs: dict[tuple[str, int], set[tuple[int, ...]]] = {}
     for r in range(a.rounds):
         for value in (values if r % 2 == 0 else values[::-1]):
-            apply(a.switch, value, target, drafter)
+            apply(a.switch, value, target, drafter, timed_rows)
             for name, (dec, tree) in lanes.items():
                 for i, ids in enumerate(prompts):
                     t0 = time.perf_counter()

@@ -136,5 +136,8 @@ def test_the_ab_script_forces_one_switch_each_way_on_the_same_model(tmp_path, ca
     assert "identical outputs across values: True" in out
     assert ab.main(["target-kernel", "--values", "linear,onednn", *common]) == 0
     assert "identical outputs across values: True" in capsys.readouterr().out
+    assert ab.main(["body-route", "--values", "all,off", "--tree", "6,3,2,0", *common]) == 0
+    out = capsys.readouterr().out
+    assert out.count("body-route=all") == 1 and "identical outputs across values: True" in out
     assert ab.main(["lazy-rows", "--values", "maybe", *common]) == 2
     assert capsys.readouterr().err.strip() == "error: lazy-rows takes on, off"
