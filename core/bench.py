@@ -366,7 +366,8 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
     runners = make_runners(plan, target, tok, baseline, eagle, tree, eagle_b, greedy_tree, medusa)
     compare = plan.decode.sampling.greedy and "baseline" in plan.methods
     print(f"[bench] {target.name} on {target.device} ({target.dtype}), {len(questions)} prompts, "
-          f"methods {','.join(plan.methods)}, tree {tree} ({describe(tree)}; {tree_info['source']}); warming up ...", file=sys.stderr)
+          f"methods {','.join(plan.methods)}, tree {tree} ({describe(tree)}; {tree_info['source']}); warming up ...",
+          file=sys.stderr)
     bar, progress = _progress_bar(len(questions), plan.methods)
     try:
         rows = run_bench(questions, prompts, runners, plan.methods, target.device, a.seed, compare, progress,

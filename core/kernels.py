@@ -168,7 +168,7 @@ def body_choice(forward: Callable[[int, bool], object], sizes: tuple[int, ...] =
     `OneDNNLinear` when routed) ran faster routed; `routes_onednn` maps any row count onto them. Measured on an
     AVX2-only EPYC in fp32 (2 threads, 2026-12-03): Gemma 3 270M's forward lost routed at one row (99 against 87 ms:
     the mode's cost) and won at 16 (178 against 196); one Qwen2.5-0.5B layer's products alone took 26.2 ms through
-    linear() against 13.9 ms through oneDNN at 16 rows (README, "When the processor has no bf16 units")."""
+    linear() against 13.9 ms through oneDNN at 16 rows (README, "The body's products through oneDNN")."""
     won = set()
     for m in sizes:
         t = fastest({False: lambda: forward(m, False), True: lambda: forward(m, True)}, rounds)
