@@ -9,7 +9,8 @@ cut at level d' and reranked, so for every (N, d') the planner (`plan_tree`, pur
 and keeps the fastest tokens/ms. c rescales predicted to observed acceptance; verify ms(N) is timed on this machine.
 N = 1 is the root alone: no head pass, so no draft cost. With lookup off that is plain decoding, which the planner
 picks where no tree pays for its verify width (on one AVX2 CPU a 2-token verify of a 0.5B target cost 1.7x its
-one-token step, so every tree there ran slower than no tree at all).
+one-token step, so every tree there ran slower than no tree at all); a greedy run that keeps lookup gets the chain
+alone instead, which costs plain decoding's step wherever nothing matches.
 Context lookup is planned only for sampled runs, where it stays on only when the tokens it was seen to add pay for the
 verify width it costs (at T=1 sampled text rarely repeats: over 12 Spec-Bench prompts it added 0.01 tokens a step).
 Greedy runs keep it as configured: small models loop and copy later in a generation than one short calibration sees
@@ -160,8 +161,9 @@ def interpolate(profile: dict[int, float], n: float) -> float:
 def plan_tree(cal: Calibration, profile: dict[int, float], top_k: int, lookup: int,
               plan_lookup: bool = True) -> AutoTreeReport:
     """Pure: the (total_tokens, depth, lookup on/off) that maximises predicted tokens per ms; with plan_lookup
-    False, lookup stays at `lookup` on every plan that drafts, and only size and depth are planned. Plain decoding
-    (the root alone, lookup off) is always an option when the profile has size 1: it is what a tree must beat."""
+    False, lookup stays at `lookup` and only size and depth are planned. When the profile has size 1, the root alone
+    is an option: plain decoding where lookup is off (always a candidate for sampled runs), the lookup chain without
+    the head where a greedy run keeps lookup."""
     sizes = sorted(profile)
     # verifying fewer tokens never costs more: each size costs at most what any larger size measured (timing noise)
     cost = {n: min(profile[m] for m in sizes if m >= n) for n in sizes}
@@ -179,13 +181,10 @@ def plan_tree(cal: Calibration, profile: dict[int, float], top_k: int, lookup: i
             options = (False, True) if lookup and cal.lookup_nodes else (False,)
         else:
             options = (lookup > 0,)
-        groups = [(use, tuple(head)) for use in options]  # (lookup on?, sizes planned with it)
-        if 1 in head and False not in options:
-            groups.append((False, (1,)))  # plain decoding competes even where every drafting plan keeps lookup
-        for use_lookup, planned in groups:
+        for use_lookup in options:
             extra_tokens = cal.lookup_accepted if use_lookup else 0.0
             widths = (cal.lookup_widths or (0,)) if use_lookup else (0,)
-            expected = {n: 1.0 + extra_tokens + head[n] for n in planned}
+            expected = {n: 1.0 + extra_tokens + h for n, h in head.items()}
             for n, e in expected.items():
                 if n == 1 and d > 1:
                     continue  # the root alone is the same plan at every depth: priced once, at depth 1
