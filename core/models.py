@@ -47,7 +47,7 @@ class TargetModel:
         # CPU: which LM-head product is fastest on this machine, and whether a verify computes only visited rows
         self.head_kernel, self.lazy_rows = self._time_lm_head()
         # CPU: the row counts at which a forward ran faster with its linear layers through oneDNN (core/kernels.py)
-        self.onednn_rows: frozenset[int] = frozenset()
+        self.onednn_rows: frozenset[int] = frozenset()  # empty while _time_body's own forwards run
         self.onednn_rows = self._time_body()
         self.dtype_timing: dict[str, float] | None = None  # set by load_target when it timed bf16 against fp32
 
