@@ -228,7 +228,7 @@ def save_head(head: EagleHead, out_dir: str | Path, dtype: torch.dtype = torch.b
         raise ValueError("vLLM cannot read this head: " + "; ".join(blockers))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    sd = {k: v.detach().to(dtype).contiguous() for k, v in head.state_dict().items()}
+    sd = {k: v.detach().to(dtype).contiguous().cpu() for k, v in head.state_dict().items()}
     cfg = c.to_json()
     if engine == "sglang" and not c.bias:
         sd["fc.bias"] = torch.zeros(c.hidden_size, dtype=dtype)

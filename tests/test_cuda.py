@@ -114,3 +114,25 @@ def test_offloaded_growing_cache_moves_its_buffers():
     h_ref, _ = tgt.forward(torch.tensor([PROMPT[:12]], device="cuda"), tgt.new_cache())
     torch.testing.assert_close(h[0], h_ref[0, 9:12], rtol=1e-4, atol=1e-4)
     kv_cache.free(cache)
+
+
+def test_head_training_runs_on_cuda_and_the_head_decodes_losslessly_on_cpu(tmp_path_factory, tmp_path):
+    """core.train end to end on a GPU (self-distilled shards, fit, export, evaluation): shards stay on the CPU and
+    each batch moves to the device; the exported head then decodes on a CPU target exactly like the baseline."""
+    import json
+
+    from test_train import args, setup as make_setup
+    from core.draft_head import load_head
+    from core.train.__main__ import main
+
+    s = make_setup.__wrapped__(tmp_path_factory)  # test_train's tiny model, prompts, text and questions
+    out = tmp_path / "run"
+    assert main(args(s, out, 2)) == 0
+    card = json.loads((out / "head" / "training.json").read_text())
+    assert card["hardware"]["device"].startswith("cuda")
+    assert card["training"]["final"]["loss"] < card["training"]["first"]["loss"]
+    head = load_head(out / "head")
+    target = tiny_target("llama")
+    cfg = DecodeConfig(48, tree=TreeConfig(8, 4, 3))
+    assert run(Eagle2Decoder(target, EagleDrafter(head, target)), PROMPT, cfg)[0] == \
+        run(BaselineDecoder(target), PROMPT, cfg)[0]

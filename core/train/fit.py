@@ -96,13 +96,14 @@ def losses(head: EagleHead | Eagle3Head, embed, w_draft: torch.Tensor, ids, feat
         emb = embed(ids[:, 1:]).float()  # (B, S, H)
         p_tgt = torch.softmax(f_tgt @ w_draft.T, dim=-1)  # (B, S, Vd) target distribution on the draft vocab
         top_tgt = p_tgt.argmax(-1)
-    pos = torch.arange(s)
+    pos = torch.arange(s, device=ids.device)
     if eagle3:
         feats = taps[:, :-1]  # (B, S, 3H): the head's fc fuses them
         score = draft_logits
     else:
         f_in = feat[:, :-1]
-        feats = f_in + (torch.rand(f_in.shape, generator=gen) - 0.5) * cfg.noise * feat_rms
+        noise = torch.rand(f_in.shape, generator=gen).to(f_in.device)  # CPU generator: the same noise on any device
+        feats = f_in + (noise - 0.5) * cfg.noise * feat_rms
 
         def score(out):
             return out @ w_draft.T
@@ -168,7 +169,8 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
     first, last = {}, {}
     while step < total_steps:
         idx = plan[step % len(plan)]
-        ids, feat, valid, taps = collate(seqs, idx, cfg.max_len)
+        ids, feat, valid, taps = (None if t is None else t.to(acc.device, non_blocking=True)
+                                  for t in collate(seqs, idx, cfg.max_len))  # shards live on the CPU
         with torch.autocast(acc.device.type, dtype=torch.bfloat16, enabled=mixed == "bf16"):
             if is_medusa:  # token-level heads on the clean last feature; per head (soft CE, top-1)
                 loss, pl, ac = medusa.losses(head, w_draft, feat, valid)
