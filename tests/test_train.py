@@ -319,3 +319,30 @@ def test_the_agreement_script_guesses_what_the_drafter_guesses_one_pair_at_a_tim
     (tmp_path / "empty.jsonl").write_text('{"id": 1}\n')
     assert agree.main(["--questions", str(tmp_path / "empty.jsonl"), *common]) == 2
     assert "no prompts" in capsys.readouterr().err
+
+
+def test_a_batch_with_non_finite_loss_or_gradient_is_skipped_and_the_weights_stay_finite(tmp_path):
+    """One poisoned sequence (a feature far beyond what a float sum holds) must cost its batch's update, not every
+    weight: fit() skips the update, counts it, keeps checkpointing, and the head stays finite and trained."""
+    from conftest import tiny_head, tiny_target
+    from core.train.fit import FitConfig, fit
+
+    target = tiny_target("llama")
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        seqs = []
+        for i in range(240):  # the first 200 set the noise scale; the poisoned one comes after them
+            ids = torch.randint(3, 128, (12,), generator=g)
+            feat = target.decoder(input_ids=ids[None]).last_hidden_state[0].to(torch.bfloat16)
+            if i == 230:
+                feat[5] = 3.0e38  # finite in bf16; its square and any sum over it are not
+            seqs.append((ids, feat, None))
+    head = tiny_head(target).float()
+    cfg = FitConfig(epochs=1, lr=3e-3, tokens_per_batch=48, ttt_steps=2, p_weight=0.5, save_every=10)
+    lines: list[str] = []
+    summary = fit(head, target.embed, target.lm_head_weight.detach(), seqs, cfg, tmp_path, lines.append)
+    assert summary["skipped_non_finite"] == 1
+    assert any("non-finite" in m and "update skipped" in m for m in lines)
+    assert all(torch.isfinite(v).all() for v in head.state_dict().values() if v.is_floating_point())
+    assert summary["final"]["loss"] < summary["first"]["loss"]
+    assert torch.load(tmp_path / "state.pt", weights_only=True)["step"] == summary["steps"]

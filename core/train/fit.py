@@ -166,7 +166,7 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
         log(f"resumed from {state_path} at step {step}/{total_steps}")
     gen = torch.Generator().manual_seed(cfg.seed + step)
     bar = tqdm(total=total_steps, initial=step, desc="train", unit="step")
-    first, last = {}, {}
+    first, last, skipped = {}, {}, 0
     while step < total_steps:
         idx = plan[step % len(plan)]
         ids, feat, valid, taps = (None if t is None else t.to(acc.device, non_blocking=True)
@@ -178,14 +178,22 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
             else:
                 loss, vl, pl, ac = losses(head, embed, w_draft, ids, feat, valid, cfg, feat_rms, gen,
                                           taps if eagle3 else None, draft_logits)
-        acc.backward(loss)
-        acc.clip_grad_norm_(head.parameters(), cfg.clip)
-        opt.step()
+        finite = bool(torch.isfinite(loss))
+        if finite:
+            acc.backward(loss)
+            finite = bool(torch.isfinite(acc.clip_grad_norm_(head.parameters(), cfg.clip)))
+        if finite:
+            opt.step()
+        else:  # a non-finite loss or gradient would poison every weight: skip the update, count it, go on
+            skipped += 1
+            if skipped <= 3:
+                log(f"step {step + 1}: non-finite loss or gradient (loss {loss.item()}), update skipped")
         sched.step()
         opt.zero_grad(set_to_none=True)
         step += 1
-        last = {"loss": loss.item(), "vloss": vl, "ploss": pl, "top1": ac}
-        first = first or last
+        if finite:
+            last = {"loss": loss.item(), "vloss": vl, "ploss": pl, "top1": ac}
+            first = first or last
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}", top1="/".join(f"{a:.2f}" for a in ac))
         if step % 20 == 0:
@@ -201,5 +209,6 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
     bar.close()
     head = acc.unwrap_model(head).eval()
     return {"steps": total_steps, "batches_per_epoch": len(plan), "epochs": cfg.epochs, "mixed_precision": mixed,
+            "skipped_non_finite": skipped,
             "train_seconds": round(elapsed0 + time.time() - t_start, 1), "first": first, "final": last,
             "tokens": int(sum(min(len(s[0]), cfg.max_len) for s in seqs))}
