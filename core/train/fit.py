@@ -187,7 +187,8 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
         else:  # a non-finite loss or gradient would poison every weight: skip the update, count it, go on
             skipped += 1
             if skipped <= 3:
-                log(f"step {step + 1}: non-finite loss or gradient (loss {loss.item()}), update skipped")
+                log(f"step {step + 1}: non-finite loss or gradient (loss {loss.item()}), update skipped; batch "
+                    f"{tuple(ids.shape)} rows x width, max |feature| {float(feat.abs().max()):.4g}, sequences {idx[:8]}")
         sched.step()
         opt.zero_grad(set_to_none=True)
         step += 1
