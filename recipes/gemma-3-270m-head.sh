@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The shipped Gemma 3 270M draft head, from nothing: five data rounds of `python -m core.train`.
+# The shipped Gemma 3 270M draft head, from nothing: six data rounds of `python -m core.train`.
 # Every stage resumes from its --out folder, so an interrupted run continues where it stopped.
 # Round 1: 2,880 short prompts and text passages (prompts cut at 320 tokens), trained from scratch.
 # Round 2: every training prompt of at least 1,500 characters kept whole (passages and documents with their
@@ -16,6 +16,9 @@
 # Round 5: English again. Training prompts drawn with a new seed, cut at 512 tokens and continued by the target in
 #          batches of 96 (11 shards, 268K tokens, 158K generated); round 4's head fine-tuned one epoch on them together
 #          with round 4's German shards, so the German is kept while the English comes back.
+# Round 6: twice round 5's data. 576 new German translation prompts (seed 7) continued by the target (6 shards), and
+#          40 English shards drawn with seed 7 (1.00M tokens, 572K generated); round 5's head fine-tuned one epoch on
+#          both (1.11M tokens).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m core.train --out runs/gemma-3-270m --head-out runs/gemma-3-270m/head \
@@ -43,8 +46,20 @@ python -m core.train --head-type eagle --out runs/gemma-3-270m-de --head-out run
 python -m core.train --head-type eagle --out runs/g5-data --data-only \
   --n-prompts 14000 --n-text 0 --max-shards 11 --batch 96 --max-prompt 512 --new-tokens 160 \
   --sample-share 0.3 --prefill-share 0.0 --seed 6
-python -m core.train --head-type eagle --out runs/gemma-3-270m-r5 --head-out static/heads/gemma-3-270m \
+python -m core.train --head-type eagle --out runs/gemma-3-270m-r5 --head-out runs/gemma-3-270m-r5/head \
   --init runs/gemma-3-270m-de/head --skip-data --extra-shards runs/g5-data/shards \
   --extra-shards runs/gemma-3-270m-de/shards --n-prompts 1 --n-text 0 --epochs 1 --ttt-steps 2 --lr 5e-4 \
   --p-weight 0.5 --tokens-per-batch 4096 --max-len 768 --draft-vocab 16384 --eval-per-category 2 --eval-max-new 64 \
   --seed 6
+python -m core.train.sources --out runs/de6-sources/prompts.jsonl --n 576 --seed 7
+python -m core.train --head-type eagle --out runs/g6-de --data-only --prompts runs/de6-sources/prompts.jsonl \
+  --n-prompts 576 --n-text 0 --batch 96 --max-prompt 256 --new-tokens 160 --sample-share 0.3 --prefill-share 0.0 \
+  --seed 7
+python -m core.train --head-type eagle --out runs/g6-data --data-only \
+  --n-prompts 14000 --n-text 0 --max-shards 40 --batch 96 --max-prompt 512 --new-tokens 160 \
+  --sample-share 0.3 --prefill-share 0.0 --seed 7
+python -m core.train --head-type eagle --out runs/gemma-3-270m-r6 --head-out static/heads/gemma-3-270m \
+  --init runs/gemma-3-270m-r5/head --skip-data --extra-shards runs/g6-data/shards \
+  --extra-shards runs/g6-de/shards --n-prompts 1 --n-text 0 --epochs 1 --ttt-steps 2 --lr 5e-4 \
+  --p-weight 0.5 --tokens-per-batch 4096 --max-len 768 --draft-vocab 16384 --eval-per-category 2 --eval-max-new 64 \
+  --seed 7
