@@ -2,7 +2,7 @@
 on a CUDA target, seeded sampling that gives the same tokens on CPU and CUDA, and the app's handler on a GPU.
 
 Tiny random models are deep-copied from the cached CPU fixtures and moved to the GPU (fp32), so nothing is
-downloaded. No GPU was available where these were written: scripts/gpu_check.sh runs them on a machine that has one.
+downloaded. scripts/gpu_check.sh runs them on a machine that has a GPU (README, Hardening, says which have run on one).
 """
 from __future__ import annotations
 
