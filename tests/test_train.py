@@ -346,3 +346,7 @@ def test_a_batch_with_non_finite_loss_or_gradient_is_skipped_and_the_weights_sta
     assert all(torch.isfinite(v).all() for v in head.state_dict().values() if v.is_floating_point())
     assert summary["final"]["loss"] < summary["first"]["loss"]
     assert torch.load(tmp_path / "state.pt", weights_only=True)["step"] == summary["steps"]
+    # a second epoch resumes from the checkpoint, meets the poisoned batch again, and keeps the count
+    again = fit(tiny_head(target).float(), target.embed, target.lm_head_weight.detach(), seqs,
+                FitConfig(**{**cfg.__dict__, "epochs": 2}), tmp_path, lines.append)
+    assert again["steps"] == 2 * summary["steps"] and again["skipped_non_finite"] == 2
