@@ -116,16 +116,16 @@ def test_offloaded_growing_cache_moves_its_buffers():
     kv_cache.free(cache)
 
 
-def test_head_training_runs_on_cuda_and_the_head_decodes_losslessly_on_cpu(tmp_path_factory, tmp_path):
+def test_head_training_runs_on_cuda_and_the_head_decodes_losslessly_on_cpu(tmp_path):
     """core.train end to end on a GPU (self-distilled shards, fit, export, evaluation): shards stay on the CPU and
     each batch moves to the device; the exported head then decodes on a CPU target exactly like the baseline."""
     import json
 
-    from test_train import args, setup as make_setup
+    from test_train import args, training_files
     from core.draft_head import load_head
     from core.train.__main__ import main
 
-    s = make_setup.__wrapped__(tmp_path_factory)  # test_train's tiny model, prompts, text and questions
+    s = training_files(tmp_path / "files")
     out = tmp_path / "run"
     assert main(args(s, out, 2)) == 0
     card = json.loads((out / "head" / "training.json").read_text())

@@ -26,7 +26,13 @@ from test_generate_cli import word_tokenizer
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("train")
+    return training_files(tmp_path_factory.mktemp("train"))
+
+
+def training_files(root: Path) -> dict[str, Path]:
+    """A tiny model with its word tokenizer, prompts, text and evaluation questions under root (tests/test_cuda.py
+    trains on them too)."""
+    root.mkdir(parents=True, exist_ok=True)
     tiny_model("llama").save_pretrained(root / "model")
     word_tokenizer().save_pretrained(root / "model")
     words = [f"w{i}" for i in range(3, 128)]

@@ -155,18 +155,18 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
     is_medusa = isinstance(acc.unwrap_model(head), medusa.MedusaHead)
     draft_logits = acc.unwrap_model(head).draft_logits if eagle3 else None
     feat_rms = float(torch.cat([sq[1][:256].float() for sq in seqs[:200]]).pow(2).mean().sqrt())
-    step, t_start, elapsed0, skipped0 = 0, time.time(), 0.0, 0
+    step, t_start, elapsed0, skipped = 0, time.time(), 0.0, 0  # skipped: updates dropped, non-finite
     state_path = ckpt_dir / "state.pt"
     if state_path.exists():
         st = torch.load(state_path, map_location="cpu", weights_only=True)
         acc.unwrap_model(head).load_state_dict(st["head"])
         opt.load_state_dict(st["opt"])
         sched.load_state_dict(st["sched"])
-        step, elapsed0, skipped0 = int(st["step"]), float(st["elapsed"]), int(st.get("skipped", 0))
+        step, elapsed0, skipped = int(st["step"]), float(st["elapsed"]), int(st.get("skipped", 0))
         log(f"resumed from {state_path} at step {step}/{total_steps}")
     gen = torch.Generator().manual_seed(cfg.seed + step)
     bar = tqdm(total=total_steps, initial=step, desc="train", unit="step")
-    first, last, skipped = {}, {}, skipped0  # skipped: updates dropped for a non-finite loss/gradient
+    first, last = {}, {}
     while step < total_steps:
         idx = plan[step % len(plan)]
         ids, feat, valid, taps = (None if t is None else t.to(acc.device, non_blocking=True)
