@@ -8,8 +8,10 @@
 # Stage 2: the shipped head fine-tuned 2 epochs on them (16,384-token batches, 3-step training-time test). On the
 #          H200 a batch in the first 20 steps gave a finite loss but a non-finite gradient, at both rates tried (1e-3
 #          with 32K-token batches, 3e-4 with 16K), and the update turned every weight into NaN; fit() now skips such an
-#          update and counts it (training.json: training.skipped_non_finite). Stage 2 has not yet run to its end on a
-#          GPU, so this head is not the shipped one.
+#          update and counts it (training.json: training.skipped_non_finite). The likely cause is cuDNN's attention
+#          backward on Hopper (NaN query gradients for masked lengths of 64 mod 128, pytorch/pytorch#196678); training
+#          on CUDA now leaves that kernel out (core.train.fit.training_attention). Stage 2 has not yet run to its end
+#          on a GPU, so this head is not the shipped one.
 # Both stages resume from runs/g7-gpu (shards are skipped when present, training continues from state.pt).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -136,3 +136,26 @@ def test_head_training_runs_on_cuda_and_the_head_decodes_losslessly_on_cpu(tmp_p
     cfg = DecodeConfig(48, tree=TreeConfig(8, 4, 3))
     assert run(Eagle2Decoder(target, EagleDrafter(head, target)), PROMPT, cfg)[0] == \
         run(BaselineDecoder(target), PROMPT, cfg)[0]
+
+
+def test_training_attention_gives_finite_query_gradients_where_cudnn_gives_nan():
+    """The masked case of pytorch/pytorch#196678 (length 64 mod 128, every row's log-sum-exp below ln(FLT_MAX)):
+    through core.train.fit.training_attention, which every training step uses, grad_q stays finite."""
+    import math
+
+    import torch.nn.functional as F
+
+    from core.train.fit import training_attention
+
+    n, d = 704, 64
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(1, 1, n, d, device="cuda", dtype=torch.bfloat16, generator=g) * 0.1
+    k = torch.randn(1, 1, n, d, device="cuda", dtype=torch.bfloat16, generator=g) * 0.1
+    v = torch.randn(1, 1, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    q[..., 0], k[..., 0] = 1.0, -120 * math.sqrt(d)  # every score near -120
+    q.requires_grad_()
+    mask = torch.ones(n, n, dtype=torch.bool, device="cuda").tril()[None, None]
+    with training_attention(torch.device("cuda")):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out.backward(torch.randn(out.shape, device="cuda", dtype=out.dtype, generator=g))
+    assert torch.isfinite(q.grad).all()

@@ -356,3 +356,18 @@ def test_a_batch_with_non_finite_loss_or_gradient_is_skipped_and_the_weights_sta
     again = fit(tiny_head(target).float(), target.embed, target.lm_head_weight.detach(), seqs,
                 FitConfig(**{**cfg.__dict__, "epochs": 2}), tmp_path, lines.append)
     assert again["steps"] == 2 * summary["steps"] and again["skipped_non_finite"] == 2
+
+
+def test_training_on_a_gpu_leaves_the_cudnn_attention_kernel_out_and_a_cpu_keeps_its_own():
+    """cuDNN's attention backward returns NaN gradients for masked inputs of some lengths on H100/H200; training
+    passes a mask on every step, so on CUDA it runs memory-efficient or math attention instead. The choice is
+    scoped to the training forward: outside it, and on a CPU, the global kernel settings are untouched."""
+    from core.train.fit import training_attention
+
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    with training_attention(torch.device("cuda")):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.mem_efficient_sdp_enabled() and torch.backends.cuda.math_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    with training_attention(torch.device("cpu")):
+        assert torch.backends.cuda.cudnn_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()

@@ -12,6 +12,7 @@ then linear decay, gradient clipping, accelerate.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -67,6 +68,20 @@ def collate(seqs, idx: list[int], max_len: int):
         if has_taps:
             taps[r, :n] = seqs[i][2][:n].float()
     return ids, feat, valid, taps
+
+
+def training_attention(device: torch.device) -> contextlib.AbstractContextManager:
+    """Attention kernels for the training forward (its backward runs the kernel the forward chose).
+
+    On CUDA the cuDNN kernel is left out: its backward returns NaN in grad_q when an explicit mask is passed, the
+    sequence length is 64 mod 128 and a row's log-sum-exp is below ln(FLT_MAX) (pytorch/pytorch#196678, H100/H200,
+    torch 2.11+). Every step here passes a mask and batch widths vary, so some batches meet it. Memory-efficient
+    attention and the math kernel take the same masks. A CPU keeps its own choice.
+    """
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def ttt_mask(s: int, j: int, device) -> torch.Tensor:
@@ -171,7 +186,8 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
         idx = plan[step % len(plan)]
         ids, feat, valid, taps = (None if t is None else t.to(acc.device, non_blocking=True)
                                   for t in collate(seqs, idx, cfg.max_len))  # shards live on the CPU
-        with torch.autocast(acc.device.type, dtype=torch.bfloat16, enabled=mixed == "bf16"):
+        with (torch.autocast(acc.device.type, dtype=torch.bfloat16, enabled=mixed == "bf16"),
+              training_attention(acc.device)):
             if is_medusa:  # token-level heads on the clean last feature; per head (soft CE, top-1)
                 loss, pl, ac = medusa.losses(head, w_draft, feat, valid)
                 vl = []
