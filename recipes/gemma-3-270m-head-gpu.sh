@@ -12,12 +12,12 @@
 #          backward on Hopper (NaN query gradients for masked lengths of 64 mod 128, pytorch/pytorch#196678); training
 #          on CUDA now leaves that kernel out (core.train.fit.training_attention). Stage 2 has not yet run to its end
 #          on a GPU, so this head is not the shipped one.
-# Both stages resume from runs/g7-gpu (shards are skipped when present, training continues from state.pt).
+# Both stages resume from runs/gpu-data (shards are skipped when present, training continues from state.pt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m core.train --head-type eagle --out runs/g7-gpu --data-only --n-prompts 14308 --n-text 0 --batch 1024 \
+python -m core.train --head-type eagle --out runs/gpu-data --data-only --n-prompts 14308 --n-text 0 --batch 1024 \
   --max-prompt 384 --new-tokens 400 --sample-share 0.3 --prefill-share 0 --seed 8
-python -m core.train --head-type eagle --out runs/g7-gpu --head-out runs/gemma-3-270m-gpu/head \
+python -m core.train --head-type eagle --out runs/gpu-data --head-out runs/gemma-3-270m-gpu/head \
   --init static/heads/gemma-3-270m --skip-data --n-prompts 1 --n-text 0 --epochs 2 --ttt-steps 3 --lr 3e-4 \
   --p-weight 0.5 --tokens-per-batch 16384 --max-len 800 --draft-vocab 16384 --eval-per-category 2 \
   --eval-max-new 64 --seed 8
