@@ -371,3 +371,32 @@ def test_training_on_a_gpu_leaves_the_cudnn_attention_kernel_out_and_a_cpu_keeps
     assert torch.backends.cuda.cudnn_sdp_enabled()
     with training_attention(torch.device("cpu")):
         assert torch.backends.cuda.cudnn_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()
+
+
+def test_the_fit_gap_script_scores_a_trained_head_above_an_untrained_one_on_its_shards(setup, tmp_path, capsys):
+    """scripts/head_fit_gap.py (README's capacity check): one JSON line per (head, shards) pair with top-1 agreement
+    and soft cross-entropy per unrolled step; a head trained on the shards agrees with the target more than the
+    same head untrained. A folder without shards is one line and exit status 2."""
+    import importlib.util
+
+    from core.draft_head import save_head
+
+    out = tmp_path / "run"
+    assert main(args(setup, out, 3)) == 0
+    trained = load_head(out / "head")
+    fresh = init_head(trained.config, trained.vocab_ids, seed=1)
+    save_head(fresh, tmp_path / "fresh")
+    capsys.readouterr()  # the training run's own output
+    spec = importlib.util.spec_from_file_location(
+        "head_fit_gap", Path(__file__).parents[1] / "scripts" / "head_fit_gap.py")
+    gap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gap)
+    common = ["--model", str(setup["model"]), "--tokens-per-batch", "64", "--head", str(out / "head"),
+              "--head", str(tmp_path / "fresh")]
+    assert gap.main([*common, "--shards", str(out / "shards")]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [r["head"] for r in rows] == [str(out / "head"), str(tmp_path / "fresh")]
+    assert rows[0]["tokens"] == rows[1]["tokens"] > 0 and all(len(r["top1"]) == 2 for r in rows)
+    assert rows[0]["top1"][0] > rows[1]["top1"][0] and rows[0]["soft_ce"][0] < rows[1]["soft_ce"][0]
+    assert gap.main([*common, "--shards", str(tmp_path / "nothing")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: no shard_*.safetensors in {tmp_path / 'nothing'}"
