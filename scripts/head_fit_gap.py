@@ -50,22 +50,22 @@ def main(argv: list[str] | None = None) -> int:
     from core.train.data import load_shards
     from core.train.fit import FitConfig, batches, collate, losses
 
-    heads = {}
+    target, _ = load_target(a.model, dtype="fp32")
+    w = target.lm_head_weight.detach()
+    heads = {}  # folder -> (head, its draft rows of the target's LM head (Vd, H))
     for h in a.head:
         head = load_any_head(h)
         if kind_of(head).name != "eagle":
             print(f"error: {h} is not an EAGLE-1/2 head", file=sys.stderr)
             return 2
-        heads[h] = head.float().eval()
-    target, _ = load_target(a.model, dtype="fp32")
-    w = target.lm_head_weight.detach()
+        rows = w[head.vocab_ids] if len(head.vocab_ids) < target.vocab_size else w
+        heads[h] = (head.float().eval(), rows.float().contiguous())
     cfg = FitConfig(ttt_steps=a.ttt_steps, tokens_per_batch=a.tokens_per_batch, noise=0.0)
     for s in a.shards:
         seqs = load_shards(Path(s))
         seqs = random.Random(a.seed).sample(seqs, min(a.max_seqs, len(seqs)))
         plan = batches(seqs, cfg, random.Random(a.seed))
-        for name, head in heads.items():
-            w_draft = (w[head.vocab_ids] if len(head.vocab_ids) < target.vocab_size else w).float().contiguous()
+        for name, (head, w_draft) in heads.items():
             top1 = [0.0] * a.ttt_steps
             ce = [0.0] * a.ttt_steps
             tokens = 0
