@@ -20,7 +20,7 @@ from core.drafter import EagleDrafter
 from core.eagle import Eagle2Decoder
 from core.models import TargetModel
 from core.train.__main__ import main
-from core.train.data import read_pool
+from core.train.data import read_pool, stored_prompts
 from test_generate_cli import word_tokenizer
 
 
@@ -138,6 +138,50 @@ def test_second_round_trains_on_earlier_shards_from_the_first_head(setup, tmp_pa
     cfg = DecodeConfig(40, tree=TreeConfig(8, 4, 3))
     assert run(Eagle2Decoder(target, EagleDrafter(head, target)), PROMPT, cfg)[0] == run(
         BaselineDecoder(target), PROMPT, cfg)[0]
+
+
+def test_a_new_round_leaves_out_prompts_an_earlier_round_continued(setup, tmp_path, capsys):
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert main(args(setup, first, 1) + ["--data-only", "--n-text", "0", "--n-prompts", "4"]) == 0
+    earlier = stored_prompts([first / "shards"])
+    assert len(earlier) == 4  # each stored sequence less what the target generated: the prompt it started from
+    assert main(args(setup, second, 1) + ["--data-only", "--n-text", "0", "--exclude-shards",
+                                          str(first / "shards")]) == 0
+    later = stored_prompts([second / "shards"])
+    assert len(later) == 4 and not later & earlier  # the pool's other four prompts, none of the first round's
+    assert "4 prompts earlier runs started from" in (second / "train.log").read_text()
+    own = second / "shards"
+    assert main(args(setup, second, 1) + ["--data-only", "--exclude-shards", str(own)]) == 2
+    assert "this run's own shard folder" in capsys.readouterr().err
+
+
+def test_document_prompts_wrap_whole_lines_of_training_text_in_an_instruction(tmp_path):
+    import random
+
+    from core.train.documents import TEMPLATES, main as documents_main, passage_window
+
+    text = "\n".join(f"Line {i} says something about the budget of year {1900 + i}." for i in range(80))
+    rng = random.Random(0)
+    for _ in range(20):
+        doc = passage_window(text, rng, 200, 600)
+        assert doc and 200 <= len(doc) <= 600 and all(ln in text.split("\n") for ln in doc.split("\n"))
+    long_line = " ".join(f"Sentence {i} is here." for i in range(100))
+    cut = passage_window(long_line, rng, 50, 300)
+    assert cut.endswith(".") and len(cut) <= 300 and long_line.startswith(cut)
+    assert passage_window("too short.", rng, 50, 300) is None
+    src = tmp_path / "text.jsonl"
+    src.write_text("".join(json.dumps({"id": f"t{i}", "text": text}) + "\n" for i in range(3)))
+    out = tmp_path / "docs" / "prompts.jsonl"
+    assert documents_main(["--text", str(src), "--out", str(out), "--n", "7", "--min-chars", "200",
+                           "--max-chars", "600", "--seed", "1"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 7 and len({r["id"] for r in rows}) == 7
+    for r in rows:  # one of the instructions around a window of the passage
+        assert any(r["prompt"].startswith(t.split("{doc}")[0]) and r["prompt"].endswith(t.split("{doc}")[1])
+                   for t, _ in TEMPLATES)
+    evaluation = tmp_path / "spec_bench_questions.jsonl"
+    evaluation.write_text(json.dumps({"id": "q", "text": text}) + "\n")
+    assert documents_main(["--text", str(evaluation), "--out", str(tmp_path / "x.jsonl"), "--n", "1"]) == 1
 
 
 def test_extra_shards_must_exist(setup, tmp_path, capsys):

@@ -35,6 +35,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="use only prompts at least this long (a long-context data round)")
     p.add_argument("--extra-shards", action="append", default=[], metavar="DIR",
                    help="also train on the shards in DIR (e.g. an earlier round's OUT/shards); repeatable")
+    p.add_argument("--exclude-shards", action="append", default=[], metavar="DIR",
+                   help="leave out prompts an earlier run's shards in DIR already continued (repeatable)")
     p.add_argument("--max-len", type=int, default=768, help="tokens per training sequence (longer ones are cut)")
     p.add_argument("--sample-share", type=float, default=0.3, help="share of batches sampled at T=1 (rest greedy)")
     p.add_argument("--prefill-share", type=float, default=0.0,
@@ -102,9 +104,12 @@ def check_args(a: argparse.Namespace) -> str | None:
         v = getattr(a, name)
         if not math.isfinite(v) or not 0.0 <= v <= 1.0:
             return f"--{name.replace('_', '-')} must be in [0, 1], got {v}"
-    for d in a.extra_shards + a.reprefill:
+    for d in a.extra_shards + a.reprefill + a.exclude_shards:
         if not list(Path(d).glob("shard_*.safetensors")):
-            return f"{d}: no shard_*.safetensors there (--extra-shards / --reprefill)"
+            return f"{d}: no shard_*.safetensors there (--extra-shards / --reprefill / --exclude-shards)"
+    own = (Path(a.out) / "shards").resolve()
+    if any(Path(d).resolve() == own for d in a.exclude_shards):
+        return f"--exclude-shards {own} is this run's own shard folder (a resumed run would plan other batches)"
     return None
 
 
@@ -123,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     from core.kernels import cpu_description
     from core.models import DEFAULT_MODEL, load_target
     from core.train.data import (build_shards, draft_vocab, extend_vocab, load_shards, read_pool,
-                                 shard_counts, token_counts, vocab_coverage)
+                                 shard_counts, stored_prompts, token_counts, vocab_coverage)
     from core.train.evaluate import measure, sample_questions
     from core.train.fit import FitConfig, fit
 
@@ -151,8 +156,12 @@ def main(argv: list[str] | None = None) -> int:
                  for i, (ids, _, _) in enumerate(load_shards(Path(d)))]
     data_stats = {}
     if not a.skip_data:
+        exclude = stored_prompts([Path(d) for d in a.exclude_shards]) if a.exclude_shards else None
+        if exclude:
+            log(f"--exclude-shards: {len(exclude)} prompts earlier runs started from; the pool's copies are left out")
         data_stats = build_shards(target, tok, rows, out / "shards", a.batch, a.max_prompt, a.new_tokens,
-                                  a.max_text, a.sample_share, a.seed, a.prefill_share, taps, a.max_shards, log)
+                                  a.max_text, a.sample_share, a.seed, a.prefill_share, taps, a.max_shards, log,
+                                  exclude)
         log(f"data throughput this run: {json.dumps(data_stats)}")
     if a.data_only:
         log("data only: shards written")

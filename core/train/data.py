@@ -20,6 +20,7 @@ from typing import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
@@ -236,20 +237,39 @@ def padded_chunks(lens: list[int], order: Iterable[int], budget: int) -> list[li
     return chunks
 
 
+def stored_prompts(dirs: list[Path]) -> set[tuple[int, ...]]:
+    """Token sequences earlier runs started from: each stored sequence less the tokens the target generated.
+
+    A prompt row whose encoding is in this set was already continued by an earlier round (same prompt, same cut);
+    `plan_batches(exclude=...)` leaves it out so a new round spends its time on prompts no round has seen.
+    """
+    seen: set[tuple[int, ...]] = set()
+    for d in dirs:
+        for path in sorted(Path(d).glob("shard_*.safetensors")):
+            with safe_open(str(path), "pt") as sh:  # ids and offsets only; the features stay on disk
+                ids, off = sh.get_tensor("ids").tolist(), sh.get_tensor("offsets").tolist()
+                gen = sh.get_tensor("generated").tolist() if "generated" in sh.keys() else [0] * (len(off) - 1)
+            seen.update(tuple(ids[a : b - g]) for a, b, g in zip(off[:-1], off[1:], gen))
+    return seen
+
+
 def plan_batches(rows: list[dict], tok, batch: int, max_prompt: int, max_text: int, prefill_share: float,
-                 seed: int) -> list[dict]:
+                 seed: int, exclude: set[tuple[int, ...]] | None = None) -> list[dict]:
     """Group rows into batches of one kind and similar length.
 
     Each batch is {"kind": "generate"|"prefill", "enc": [ids...], "sample": bool, "seed": int}. Prompts are
     continued by the target (on-policy) unless drawn into the prefill share (the prompt's own text, teacher-forced);
     text rows and `ids` rows (sequences of an earlier run, --reprefill) are always prefilled. Rows are sorted by
     token length before batching, so a batch holds similar lengths and its padded prefill chunks pad little.
+    Prompts whose encoding is in `exclude` (`stored_prompts` of earlier rounds) are left out.
     """
     rng = random.Random(seed)
     gen_rows, pre_rows = [], []
     for r in rows:
         if r["kind"] == "prompt":
             e = tok(r["body"], add_special_tokens=True).input_ids[:max_prompt]
+            if exclude and tuple(e) in exclude:
+                continue
             (pre_rows if rng.random() < prefill_share else gen_rows).append(e)
         elif r["kind"] == "ids":  # an earlier run's sequence (prompt + the target's continuation)
             pre_rows.append(list(r["ids"]))
@@ -266,14 +286,15 @@ def plan_batches(rows: list[dict], tok, batch: int, max_prompt: int, max_text: i
 
 def build_shards(target: TargetModel, tok, rows: list[dict], out_dir: Path, batch: int, max_prompt: int,
                  new_tokens: int, max_text: int, sample_share: float, seed: int, prefill_share: float = 0.0,
-                 taps: tuple[int, ...] = (), max_shards: int = 0, log=None) -> dict:
+                 taps: tuple[int, ...] = (), max_shards: int = 0, log=None,
+                 exclude: set[tuple[int, ...]] | None = None) -> dict:
     """Write shard_{i:05d}.safetensors for every planned batch not yet on disk; returns throughput counts.
 
     A shard holds `ids` (int32, concatenated), `feat` (bf16 (n, H)), optional `taps` (bf16 (n, 3H), EAGLE-3),
     `offsets` (int64 starts plus the end) and `generated` (int64 per sequence: tokens written by the target).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    plan = plan_batches(rows, tok, batch, max_prompt, max_text, prefill_share, seed)
+    plan = plan_batches(rows, tok, batch, max_prompt, max_text, prefill_share, seed, exclude)
     if max_shards:
         plan = plan[:max_shards]
     stats = {"generate": [0, 0, 0.0], "prefill": [0, 0, 0.0]}  # kind -> [tokens written, generated, seconds]
