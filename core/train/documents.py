@@ -19,6 +19,8 @@ import re
 import sys
 from pathlib import Path
 
+from core.train.sources import pick_template
+
 # (template, weight): the instruction before or after the document, the ways users ask about one
 TEMPLATES = (("Summarize: {doc}", 0.3),
              ("{doc}\n\nSummarize the text above in a few sentences.", 0.2),
@@ -53,12 +55,7 @@ def passage_window(text: str, rng: random.Random, min_chars: int = 600, max_char
 
 def document_prompt(doc: str, rng: random.Random) -> str:
     """One of TEMPLATES (by weight) around the document."""
-    r, acc = rng.random(), 0.0
-    for template, weight in TEMPLATES:
-        acc += weight
-        if r < acc:
-            return template.format(doc=doc)
-    return TEMPLATES[0][0].format(doc=doc)
+    return pick_template(TEMPLATES, rng).format(doc=doc)
 
 
 def write_documents(text_path: str, n: int, out: Path, seed: int = 0, min_chars: int = 600,

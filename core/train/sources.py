@@ -56,14 +56,19 @@ def reads_german(s: str, min_share: float = 0.2) -> bool:
     return sum(w.lower() in STOPWORDS for w in words) / len(words) >= min_share
 
 
-def translation_prompt(sentence: str, rng: random.Random) -> str:
-    """One of TEMPLATES (by weight) around the German sentence."""
+def pick_template(templates: tuple[tuple[str, float], ...], rng: random.Random) -> str:
+    """One template of (template, weight) pairs, drawn by weight (the first when the weights sum under 1)."""
     r, acc = rng.random(), 0.0
-    for template, weight in TEMPLATES:
+    for template, weight in templates:
         acc += weight
         if r < acc:
-            return template.format(s=sentence)
-    return TEMPLATES[0][0].format(s=sentence)
+            return template
+    return templates[0][0]
+
+
+def translation_prompt(sentence: str, rng: random.Random) -> str:
+    """One of TEMPLATES (by weight) around the German sentence."""
+    return pick_template(TEMPLATES, rng).format(s=sentence)
 
 
 def write_sources(target, tok, n: int, out: Path, batch: int = 96, new_tokens: int = 48, temperature: float = 0.7,
