@@ -19,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-from core.train.sources import pick_template
+from core.train.sources import pick_template, write_once
 
 # (template, weight): the instruction before or after the document, the ways users ask about one
 TEMPLATES = (("Summarize: {doc}", 0.3),
@@ -105,17 +105,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     out = Path(a.out)
-    if out.exists():
-        print(f"{out} exists; nothing to do")
-        return 0
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        counts = write_documents(a.text, a.n, out, a.seed, a.min_chars, a.max_chars)
-    except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(json.dumps(counts))
-    return 0
+    return write_once(out, lambda: write_documents(a.text, a.n, out, a.seed, a.min_chars, a.max_chars),
+                      (OSError, ValueError))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 PREFIX = "Translate German to English: "
 OPENERS = ("Die", "Der", "Das", "Ich", "Wir", "Es", "In der", "Im", "Nach", "Am", "Seit", "Auch", "Bei der", "Ein",
@@ -147,16 +148,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     out = Path(a.out)
+
+    def write() -> dict:
+        from core.models import load_target
+
+        target, tok = load_target(a.model, None, a.dtype)
+        return write_sources(target, tok, a.n, out, a.batch, a.new_tokens, a.temperature, a.seed)
+
+    return write_once(out, write)
+
+
+def write_once(out: Path, write: Callable[[], dict], errors: tuple[type[Exception], ...] = (ValueError,)) -> int:
+    """A prompt writer's command-line tail: nothing to do when `out` exists, else `write()` (which writes `out`) and
+    print its counts as JSON; one of `errors` becomes one line on stderr and exit status 1."""
     if out.exists():
         print(f"{out} exists; nothing to do")
         return 0
-    from core.models import load_target
-
-    target, tok = load_target(a.model, None, a.dtype)
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        counts = write_sources(target, tok, a.n, out, a.batch, a.new_tokens, a.temperature, a.seed)
-    except ValueError as e:
+        counts = write()
+    except errors as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(json.dumps(counts))
