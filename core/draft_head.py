@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -290,6 +290,34 @@ def finish_loaded(head: nn.Module, sd: dict, what: str, vocab_size: int) -> nn.M
         raise ValueError(f"{what}: d2t maps outside the target vocabulary of {vocab_size}")
     head.trained = True
     return head
+
+
+def widen_mlp(head: EagleHead, intermediate: int, seed: int = 0) -> EagleHead:
+    """`head` with its MLP grown to `intermediate` units, computing exactly the same function (Net2Net-style).
+
+    The old units keep their weights; the new units get random gate/up rows and ZERO down_proj columns, so they add
+    nothing until training moves them. A fine-tune from a trained head can then test whether the head's size, not
+    its data, is what limits it, starting from the trained head's own acceptance rather than from scratch.
+    """
+    old = head.config.intermediate_size
+    if intermediate <= old:
+        raise ValueError(f"--widen-mlp {intermediate} must exceed the head's intermediate size {old}")
+    g = torch.Generator().manual_seed(seed)
+    grown = EagleHead(replace(head.config, intermediate_size=intermediate), head.vocab_ids)
+    grown.trained = head.trained
+    sd = head.state_dict()
+    new = grown.state_dict()
+    with torch.no_grad():
+        for name, w in sd.items():
+            if name.endswith(("mlp.gate_proj.weight", "mlp.up_proj.weight")):  # (I, H): rows are units
+                fresh = torch.randn(intermediate - old, w.shape[1], generator=g) / math.sqrt(w.shape[1])
+                new[name] = torch.cat([w, fresh.to(w.dtype)], 0)
+            elif name.endswith("mlp.down_proj.weight"):  # (H, I): columns are units
+                new[name] = torch.cat([w, w.new_zeros(w.shape[0], intermediate - old)], 1)
+            else:
+                new[name] = w
+    grown.load_state_dict(new)
+    return grown.to(next(head.parameters()).dtype).eval()
 
 
 def init_head(c: HeadConfig, vocab_ids: torch.Tensor | None = None, seed: int = 0) -> EagleHead:

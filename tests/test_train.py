@@ -262,6 +262,40 @@ def test_extend_vocab_needs_an_init_eagle_head(setup, tmp_path, capsys):
     assert "--extend-vocab" in capsys.readouterr().err
 
 
+def test_widen_mlp_computes_the_same_function_and_its_new_units_learn():
+    from core.draft_head import widen_mlp
+    c = HeadConfig(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=4,
+                   vocab_size=128, draft_vocab_size=96)
+    head = init_head(c, torch.arange(0, 128, 4).repeat(3)[:96].unique(), seed=1)
+    wide = widen_mlp(head, 80, seed=2)
+    assert wide.config.intermediate_size == 80 and torch.equal(wide.vocab_ids, head.vocab_ids)
+    e, f, pos = torch.randn(2, 5, 32), torch.randn(2, 5, 32), torch.arange(5)
+    assert torch.equal(head(e, f, pos)[0], wide(e, f, pos)[0])  # zero down_proj columns: the new units add nothing
+    wide(e, f, pos)[0].pow(2).sum().backward()
+    down = wide.layers[0].mlp.down_proj.weight.grad
+    assert down[:, 48:].abs().sum() > 0  # ...until training moves them
+    with pytest.raises(ValueError, match="must exceed"):
+        widen_mlp(head, 48)
+
+
+def test_a_widened_round_exports_the_bigger_head_and_decodes_losslessly(setup, tmp_path, capsys):
+    first = tmp_path / "first"
+    assert main(args(setup, first, 1)) == 0
+    second = tmp_path / "second"
+    more = ["--init", str(first / "head"), "--widen-mlp", "200", "--n-text", "0", "--n-prompts", "4", "--epochs", "0.2"]
+    assert main(args(setup, second, 1) + more) == 0
+    wide = load_head(second / "head")
+    assert wide.config.intermediate_size == 200 and load_head(first / "head").config.intermediate_size < 200
+    card = json.loads((second / "head" / "training.json").read_text())
+    assert card["training"]["widened_mlp_to"] == 200
+    target = TargetModel(tiny_model("llama").eval())
+    cfg = DecodeConfig(40, tree=TreeConfig(8, 4, 3))
+    assert run(Eagle2Decoder(target, EagleDrafter(wide, target)), PROMPT, cfg)[0] == run(
+        BaselineDecoder(target), PROMPT, cfg)[0]
+    assert main(args(setup, tmp_path / "third", 1) + ["--widen-mlp", "200"]) == 2  # nothing to widen
+    assert "--widen-mlp" in capsys.readouterr().err
+
+
 def test_german_sources_are_filtered_and_wrapped_as_translation_prompts():
     import random
 

@@ -56,6 +56,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--extend-vocab", type=int, default=0, metavar="N",
                    help="with --init (EAGLE-1/2): add the N most frequent tokens of the data that the head's draft "
                         "vocabulary lacks (a new kind of text, e.g. another language)")
+    p.add_argument("--widen-mlp", type=int, default=0, metavar="I",
+                   help="with --init (EAGLE-1/2): grow the head's MLP to I units, same function at the start (the new "
+                        "units' down_proj columns are zero), to test whether the head's size limits it")
     p.add_argument("--no-fc-bias", action="store_true",
                    help="EAGLE-1/2 head without fc.bias (the layout vLLM's EAGLE drafter reads; with --draft-vocab 0 "
                         "the export loads there unedited)")
@@ -86,6 +89,8 @@ def check_args(a: argparse.Namespace) -> str | None:
         return "--no-fc-bias applies to --head-type eagle (EAGLE-3 and Medusa heads have no fc.bias to drop)"
     if a.extend_vocab and (a.head_type != "eagle" or not a.init or not a.draft_vocab):
         return "--extend-vocab grows the draft vocabulary of an --init EAGLE-1/2 head (--head-type eagle, --draft-vocab > 0)"
+    if a.widen_mlp and (a.head_type != "eagle" or not a.init):
+        return "--widen-mlp grows the MLP of an --init EAGLE-1/2 head (--head-type eagle)"
     if a.head_type == "eagle3" and a.ttt_steps < 5:
         return f"--ttt-steps must be >= 5 for an EAGLE-3 head, got {a.ttt_steps}"
     for name in ("n_prompts", "batch", "max_prompt", "new_tokens", "max_text", "tokens_per_batch", "ttt_steps",
@@ -93,7 +98,7 @@ def check_args(a: argparse.Namespace) -> str | None:
         if getattr(a, name) < 1:
             return f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}"
     for name in ("n_text", "max_shards", "draft_vocab", "eval_per_category", "eval_max_new", "seed",
-                 "min_prompt_chars", "snapshots", "extend_vocab"):
+                 "min_prompt_chars", "snapshots", "extend_vocab", "widen_mlp"):
         if getattr(a, name) < 0:
             return f"--{name.replace('_', '-')} must be >= 0, got {getattr(a, name)}"
     for name in ("epochs", "lr"):
@@ -120,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"core.train: error: {problem}", file=sys.stderr)
         return 2
     from core.config import TreeConfig
-    from core.draft_head import EagleHead, HeadConfig, init_head, save_head
+    from core.draft_head import EagleHead, HeadConfig, init_head, save_head, widen_mlp
     from core.heads import make_drafter
     from core.eagle3_head import Eagle3Config, Eagle3Head, init_eagle3_head, save_eagle3_head
     from core.heads import kind_of, load_any_head
@@ -218,6 +223,10 @@ def main(argv: list[str] | None = None) -> int:
         grown.load_state_dict(head.state_dict())  # no weight depends on the vocabulary
         head = grown.float()
         log(f"draft vocab extended {old} -> {len(ids)}; covers {coverage:.4f} of tokens")
+    if a.widen_mlp:
+        old = head.config.intermediate_size
+        head = widen_mlp(head, a.widen_mlp, seed=a.seed).float()
+        log(f"MLP widened {old} -> {a.widen_mlp} units (same function at the start)")
     w_draft = w[head.vocab_ids] if a.draft_vocab else w
     cfg = FitConfig(epochs=a.epochs, lr=a.lr, ttt_steps=a.ttt_steps, tokens_per_batch=a.tokens_per_batch,
                     p_weight=a.p_weight, seed=a.seed, max_len=a.max_len)
@@ -283,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                               }.get(a.head_type, f"smooth_l1(feature) + {a.p_weight} * soft CE (draft vocab), "
                                                  "steps weighted 0.8^j"),
                      **({"medusa_heads": a.medusa_heads} if a.head_type == "medusa" else {}),
+                     **({"widened_mlp_to": a.widen_mlp} if a.widen_mlp else {}),
                      "curve": curve},
         "wall_seconds_this_run": round(time.time() - t0, 1),
         "hardware": {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
