@@ -36,6 +36,7 @@ class HeadConfig:
     qkv_bias: bool = False
     draft_vocab_size: int = 0  # 0 = full target vocabulary
     max_position_embeddings: int = 32768
+    num_layers: int = 1  # decoder layers (the official heads have one; --add-layers grows a trained head)
     extra: dict = field(default_factory=dict, compare=False)  # training card fields carried into config.json
 
     @property
@@ -69,7 +70,8 @@ def llama_layer_json(c) -> dict:
     return {
         "model_type": "llama", "hidden_act": "silu", "hidden_size": c.hidden_size,
         "intermediate_size": c.intermediate_size, "num_attention_heads": c.num_attention_heads,
-        "num_key_value_heads": c.num_key_value_heads, "head_dim": c.hd, "num_hidden_layers": 1,
+        "num_key_value_heads": c.num_key_value_heads, "head_dim": c.hd,
+        "num_hidden_layers": getattr(c, "num_layers", 1),
         "rms_norm_eps": c.rms_norm_eps, "rope_theta": c.rope_theta,
         "max_position_embeddings": c.max_position_embeddings, "vocab_size": c.vocab_size,
         "tie_word_embeddings": False, "torch_dtype": "bfloat16",
@@ -154,16 +156,20 @@ class MLP(nn.Module):
 
 
 class Layer(nn.Module):
-    """Llama decoder layer without input_layernorm (EAGLE layer 0)."""
+    """Llama decoder layer; layer 0 has no input_layernorm (its residual is the fc output), later layers have one
+    (the official EAGLE layout for index > 0)."""
 
-    def __init__(self, c: HeadConfig):
+    def __init__(self, c: HeadConfig, index: int = 0):
         super().__init__()
         self.self_attn = Attention(c)
         self.mlp = MLP(c)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        if index:
+            self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
     def forward(self, x, pos, past_kv, mask):
-        a, kv = self.self_attn(x, pos, past_kv, mask)
+        h = self.input_layernorm(x) if hasattr(self, "input_layernorm") else x
+        a, kv = self.self_attn(h, pos, past_kv, mask)
         x = x + a
         return x + self.mlp(self.post_attention_layernorm(x)), kv
 
@@ -175,15 +181,26 @@ class EagleHead(nn.Module):
         super().__init__()
         self.config = c
         self.fc = nn.Linear(2 * c.hidden_size, c.hidden_size, bias=c.bias)
-        self.layers = nn.ModuleList([Layer(c)])
+        self.layers = nn.ModuleList([Layer(c, i) for i in range(c.num_layers)])
         ids = vocab_ids if vocab_ids is not None else torch.arange(c.draft_vocab_size or c.vocab_size)
         self.register_buffer("vocab_ids", ids.long().sort().values, persistent=False)  # (Vd,) sorted target ids
         self.trained = False  # set by load_head; an untrained head is still lossless, just slow
 
     def forward(self, embeds, features, pos, past_kv=None, mask=None):
-        """embeds, features: (B, T, H) -> predicted features (B, T, H) and this call's (k, v) for the cache."""
+        """embeds, features: (B, T, H) -> predicted features (B, T, H) and this call's (k, v) for the cache.
+
+        With several layers the cache stacks them along the head axis, (B, layers * kvh, L, d), so callers keep
+        one (k, v) pair and concatenate along positions whatever the depth."""
         x = self.fc(torch.cat([embeds, features], dim=-1))  # embedding FIRST (official order)
-        return self.layers[0](x, pos, past_kv, mask)
+        if len(self.layers) == 1:
+            return self.layers[0](x, pos, past_kv, mask)
+        kvh, ks, vs = self.config.num_key_value_heads, [], []
+        for i, layer in enumerate(self.layers):
+            past = None if past_kv is None else (past_kv[0][:, i * kvh:(i + 1) * kvh], past_kv[1][:, i * kvh:(i + 1) * kvh])
+            x, (k, v) = layer(x, pos, past, mask)
+            ks.append(k)
+            vs.append(v)
+        return x, (torch.cat(ks, 1), torch.cat(vs, 1))
 
     @property
     def d2t(self) -> torch.Tensor:
@@ -262,6 +279,8 @@ def load_head(path: str | Path, dtype: torch.dtype = torch.float32, device: str 
         c = HeadConfig(**{**asdict(c), "bias": True})
     if "fc.bias" not in sd and c.bias:
         c = HeadConfig(**{**asdict(c), "bias": False})
+    n_layers = 1 + max((int(k.split(".")[1]) for k in sd if k.startswith("layers.")), default=0)
+    c = replace(c, num_layers=n_layers)  # trust the file: official configs copy the target's num_hidden_layers
     vocab_ids = None
     if "d2t" in sd:
         d2t = sd.pop("d2t").long()
@@ -318,6 +337,25 @@ def widen_mlp(head: EagleHead, intermediate: int, seed: int = 0) -> EagleHead:
                 new[name] = w
     grown.load_state_dict(new)
     return grown.to(next(head.parameters()).dtype).eval()
+
+
+def add_layers(head: EagleHead, n: int, seed: int = 0) -> EagleHead:
+    """`head` with `n` decoder layers appended that start as the identity: random attention and MLP inputs, ZERO
+    o_proj and down_proj, so each new layer adds nothing to its residual until training moves it. Like widen_mlp,
+    a fine-tune from a trained head then tests depth without giving up what the head already drafts."""
+    if n < 1:
+        raise ValueError(f"--add-layers must be >= 1, got {n}")
+    c = replace(head.config, num_layers=head.config.num_layers + n)
+    grown = init_head(c, head.vocab_ids, seed=seed).to(next(head.parameters()).dtype)
+    sd = grown.state_dict()
+    sd.update(head.state_dict())
+    with torch.no_grad():
+        for i in range(head.config.num_layers, c.num_layers):
+            sd[f"layers.{i}.self_attn.o_proj.weight"].zero_()
+            sd[f"layers.{i}.mlp.down_proj.weight"].zero_()
+    grown.load_state_dict(sd)
+    grown.trained = head.trained
+    return grown.eval()
 
 
 def init_head(c: HeadConfig, vocab_ids: torch.Tensor | None = None, seed: int = 0) -> EagleHead:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -164,3 +165,34 @@ def test_head_config_json_round_trip():
     c = HeadConfig.for_target(640, 262144, draft_vocab=32000)
     assert (c.num_attention_heads, c.hd, c.intermediate_size) == (10, 64, 1920)
     assert HeadConfig.from_json(c.to_json()) == c
+
+
+def test_a_two_layer_head_round_trips_caches_by_position_and_decodes_losslessly(tmp_path):
+    """Layers stack in one (k, v) cache along the head axis: a split prefix + suffix pass equals one full pass, the
+    file has layer 1's official keys (with its input_layernorm) and a tree decode equals the baseline."""
+    from core.baseline import BaselineDecoder
+    from core.draft_head import add_layers
+
+    tgt = tiny_target("llama")
+    one = tiny_head(tgt, vocab_ids=torch.arange(0, 128, 2), seed=5)
+    same = add_layers(one, 1, seed=6)
+    e, f, pos = torch.randn(1, 6, tgt.hidden_size), torch.randn(1, 6, tgt.hidden_size), torch.arange(6)
+    assert torch.equal(one(e, f, pos)[0], same(e, f, pos)[0])  # the new layer starts as the identity
+    head = init_head(replace(same.config, num_layers=2), same.vocab_ids, seed=7)  # a second layer that computes
+    full, kv = head(e, f, pos)
+    kvh = head.config.num_key_value_heads
+    assert kv[0].shape[1] == 2 * kvh
+    _, kv_a = head(e[:, :4], f[:, :4], pos[:4])
+    tail, _ = head(e[:, 4:], f[:, 4:], pos[4:], kv_a)
+    torch.testing.assert_close(tail, full[:, 4:], rtol=1e-5, atol=1e-5)
+    save_head(head, tmp_path, dtype=torch.float32)
+    keys = set(load_file(str(tmp_path / "model.safetensors")))
+    assert "layers.1.input_layernorm.weight" in keys and "layers.0.input_layernorm.weight" not in keys
+    assert json.loads((tmp_path / "config.json").read_text())["num_hidden_layers"] == 2
+    loaded = load_head(tmp_path)
+    assert loaded.config.num_layers == 2
+    assert_same_weights(head, loaded)
+    cfg = DecodeConfig(max_new_tokens=40, tree=TreeConfig(10, 4, 3))
+    assert run(Eagle2Decoder(tgt, EagleDrafter(loaded, tgt)), PROMPT, cfg)[0] == run(BaselineDecoder(tgt), PROMPT, cfg)[0]
+    with pytest.raises(ValueError, match="add-layers"):
+        add_layers(one, 0)

@@ -296,6 +296,24 @@ def test_a_widened_round_exports_the_bigger_head_and_decodes_losslessly(setup, t
     assert "--widen-mlp" in capsys.readouterr().err
 
 
+def test_a_deepened_round_exports_two_layers_and_decodes_losslessly(setup, tmp_path, capsys):
+    first = tmp_path / "first"
+    assert main(args(setup, first, 1)) == 0
+    second = tmp_path / "second"
+    more = ["--init", str(first / "head"), "--add-layers", "1", "--n-text", "0", "--n-prompts", "4", "--epochs", "0.2"]
+    assert main(args(setup, second, 1) + more) == 0
+    deep = load_head(second / "head")
+    assert deep.config.num_layers == 2 and deep.layers[1].self_attn.o_proj.weight.abs().sum() > 0  # it trained
+    card = json.loads((second / "head" / "training.json").read_text())
+    assert (card["training"]["added_layers"], card["training"]["layers"]) == (1, 2)
+    target = TargetModel(tiny_model("llama").eval())
+    cfg = DecodeConfig(40, tree=TreeConfig(8, 4, 3))
+    assert run(Eagle2Decoder(target, EagleDrafter(deep, target)), PROMPT, cfg)[0] == run(
+        BaselineDecoder(target), PROMPT, cfg)[0]
+    assert main(args(setup, tmp_path / "third", 1) + ["--add-layers", "1"]) == 2  # nothing to deepen
+    assert "--add-layers" in capsys.readouterr().err
+
+
 def test_german_sources_are_filtered_and_wrapped_as_translation_prompts():
     import random
 

@@ -59,6 +59,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--widen-mlp", type=int, default=0, metavar="I",
                    help="with --init (EAGLE-1/2): grow the head's MLP to I units, same function at the start (the new "
                         "units' down_proj columns are zero), to test whether the head's size limits it")
+    p.add_argument("--add-layers", type=int, default=0, metavar="N",
+                   help="with --init (EAGLE-1/2): append N decoder layers that start as the identity (zero o_proj and "
+                        "down_proj), to test whether the head's depth limits it")
     p.add_argument("--no-fc-bias", action="store_true",
                    help="EAGLE-1/2 head without fc.bias (the layout vLLM's EAGLE drafter reads; with --draft-vocab 0 "
                         "the export loads there unedited)")
@@ -91,6 +94,8 @@ def check_args(a: argparse.Namespace) -> str | None:
         return "--extend-vocab grows the draft vocabulary of an --init EAGLE-1/2 head (--head-type eagle, --draft-vocab > 0)"
     if a.widen_mlp and (a.head_type != "eagle" or not a.init):
         return "--widen-mlp grows the MLP of an --init EAGLE-1/2 head (--head-type eagle)"
+    if a.add_layers and (a.head_type != "eagle" or not a.init):
+        return "--add-layers deepens an --init EAGLE-1/2 head (--head-type eagle)"
     if a.head_type == "eagle3" and a.ttt_steps < 5:
         return f"--ttt-steps must be >= 5 for an EAGLE-3 head, got {a.ttt_steps}"
     for name in ("n_prompts", "batch", "max_prompt", "new_tokens", "max_text", "tokens_per_batch", "ttt_steps",
@@ -98,7 +103,7 @@ def check_args(a: argparse.Namespace) -> str | None:
         if getattr(a, name) < 1:
             return f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}"
     for name in ("n_text", "max_shards", "draft_vocab", "eval_per_category", "eval_max_new", "seed",
-                 "min_prompt_chars", "snapshots", "extend_vocab", "widen_mlp"):
+                 "min_prompt_chars", "snapshots", "extend_vocab", "widen_mlp", "add_layers"):
         if getattr(a, name) < 0:
             return f"--{name.replace('_', '-')} must be >= 0, got {getattr(a, name)}"
     for name in ("epochs", "lr"):
@@ -125,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"core.train: error: {problem}", file=sys.stderr)
         return 2
     from core.config import TreeConfig
-    from core.draft_head import EagleHead, HeadConfig, init_head, save_head, widen_mlp
+    from core.draft_head import EagleHead, HeadConfig, add_layers, init_head, save_head, widen_mlp
     from core.heads import make_drafter
     from core.eagle3_head import Eagle3Config, Eagle3Head, init_eagle3_head, save_eagle3_head
     from core.heads import kind_of, load_any_head
@@ -227,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         old = head.config.intermediate_size
         head = widen_mlp(head, a.widen_mlp, seed=a.seed).float()
         log(f"MLP widened {old} -> {a.widen_mlp} units (same function at the start)")
+    if a.add_layers:
+        head = add_layers(head, a.add_layers, seed=a.seed).float()
+        log(f"{a.add_layers} decoder layer(s) added, {head.config.num_layers} in all (identity at the start)")
     w_draft = w[head.vocab_ids] if a.draft_vocab else w
     cfg = FitConfig(epochs=a.epochs, lr=a.lr, ttt_steps=a.ttt_steps, tokens_per_batch=a.tokens_per_batch,
                     p_weight=a.p_weight, seed=a.seed, max_len=a.max_len)
@@ -293,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  "steps weighted 0.8^j"),
                      **({"medusa_heads": a.medusa_heads} if a.head_type == "medusa" else {}),
                      **({"widened_mlp_to": a.widen_mlp} if a.widen_mlp else {}),
+                     **({"added_layers": a.add_layers, "layers": head.config.num_layers} if a.add_layers else {}),
                      "curve": curve},
         "wall_seconds_this_run": round(time.time() - t0, 1),
         "hardware": {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
