@@ -54,8 +54,12 @@ def vllm_problems(head_dir: str | Path) -> list[str]:
         problems += [f"unknown weight {k} (vLLM's loader raises on it)" for k in sorted(keys - VLLM_EAGLE3_EXTRA)]
         return problems
     problems += vllm_blockers("fc.bias" in keys, bool(keys & {"d2t", "t2d"}))
+    deeper = {k for k in keys if k.startswith("layers.") and not k.startswith("layers.0.")}
+    if deeper:  # --add-layers heads: ours; this check knows only the one-layer layout vLLM is tested with here
+        n = 1 + max(int(k.split(".")[1]) for k in deeper)
+        problems.append(f"{n} decoder layers: this check knows vLLM's one-layer EAGLE-1/2 layout only (untested there)")
     problems += [f"unknown weight {k} (vLLM's loader raises on it)"
-                 for k in sorted(keys - VLLM_EAGLE_KEYS - {"fc.bias", "d2t", "t2d"})]
+                 for k in sorted(keys - VLLM_EAGLE_KEYS - deeper - {"fc.bias", "d2t", "t2d"})]
     problems += [f"missing weight {k}" for k in sorted(VLLM_EAGLE_KEYS - {"embed_tokens.weight", "lm_head.weight"}
                                                        - keys)]
     return problems

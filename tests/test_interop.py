@@ -56,6 +56,9 @@ def test_the_default_export_says_why_vllm_refuses_it(tmp_path):
     assert interop_main(["check", str(tmp_path / "h")]) == 1
     save_head(init_head(replace(c, draft_vocab_size=0, bias=False)), tmp_path / "ok")
     assert vllm_problems(tmp_path / "ok") == []
+    save_head(init_head(replace(c, draft_vocab_size=0, bias=False, num_layers=2)), tmp_path / "deep")
+    assert vllm_problems(tmp_path / "deep") == [  # one line for the extra layer, not one per weight name
+        "2 decoder layers: this check knows vLLM's one-layer EAGLE-1/2 layout only (untested there)"]
 
 
 def test_eagle3_export_names_are_all_known_to_vllms_eagle3_loader(tmp_path):
