@@ -1,4 +1,5 @@
-"""EAGLE-1/2 draft head: fc(concat(token embedding, feature)) + one Llama-style decoder layer, no final norm.
+"""EAGLE-1/2 draft head: fc(concat(token embedding, feature)) + one Llama-style decoder layer (more with
+--add-layers), no final norm.
 
 arXiv 2401.15077 §3.1. The pair at sequence position i is (embedding of t_{i+1}, feature f_i); the output is the
 predicted feature f_{i+1}, which the TARGET's LM head (shared, frozen, no norm in between) turns into the
@@ -280,7 +281,7 @@ def load_head(path: str | Path, dtype: torch.dtype = torch.float32, device: str 
     if "fc.bias" not in sd and c.bias:
         c = HeadConfig(**{**asdict(c), "bias": False})
     n_layers = 1 + max((int(k.split(".")[1]) for k in sd if k.startswith("layers.")), default=0)
-    c = replace(c, num_layers=n_layers)  # trust the file: official configs copy the target's num_hidden_layers
+    c = replace(c, num_layers=n_layers)  # the weights say how many layers, whatever config.json claims
     vocab_ids = None
     if "d2t" in sd:
         d2t = sd.pop("d2t").long()
