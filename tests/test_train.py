@@ -278,40 +278,30 @@ def test_widen_mlp_computes_the_same_function_and_its_new_units_learn():
         widen_mlp(head, 48)
 
 
-def test_a_widened_round_exports_the_bigger_head_and_decodes_losslessly(setup, tmp_path, capsys):
+GROWN = {  # flag, value -> what the exported head and its card must say
+    "--widen-mlp": ("200", lambda h, card: h.config.intermediate_size == 200 and card["widened_mlp_to"] == 200),
+    "--add-layers": ("1", lambda h, card: h.config.num_layers == 2 and (card["added_layers"], card["layers"]) == (1, 2)
+                     and h.layers[1].self_attn.o_proj.weight.abs().sum() > 0),  # the new layer trained off zero
+}
+
+
+@pytest.mark.parametrize("flag", sorted(GROWN))
+def test_a_grown_round_exports_the_bigger_head_and_decodes_losslessly(setup, tmp_path, capsys, flag):
+    value, check = GROWN[flag]
     first = tmp_path / "first"
     assert main(args(setup, first, 1)) == 0
     second = tmp_path / "second"
-    more = ["--init", str(first / "head"), "--widen-mlp", "200", "--n-text", "0", "--n-prompts", "4", "--epochs", "0.2"]
+    more = ["--init", str(first / "head"), flag, value, "--n-text", "0", "--n-prompts", "4", "--epochs", "0.2"]
     assert main(args(setup, second, 1) + more) == 0
-    wide = load_head(second / "head")
-    assert wide.config.intermediate_size == 200 and load_head(first / "head").config.intermediate_size < 200
-    card = json.loads((second / "head" / "training.json").read_text())
-    assert card["training"]["widened_mlp_to"] == 200
+    grown = load_head(second / "head")
+    assert check(grown, json.loads((second / "head" / "training.json").read_text())["training"])
+    assert sum(p.numel() for p in grown.parameters()) > sum(p.numel() for p in load_head(first / "head").parameters())
     target = TargetModel(tiny_model("llama").eval())
     cfg = DecodeConfig(40, tree=TreeConfig(8, 4, 3))
-    assert run(Eagle2Decoder(target, EagleDrafter(wide, target)), PROMPT, cfg)[0] == run(
+    assert run(Eagle2Decoder(target, EagleDrafter(grown, target)), PROMPT, cfg)[0] == run(
         BaselineDecoder(target), PROMPT, cfg)[0]
-    assert main(args(setup, tmp_path / "third", 1) + ["--widen-mlp", "200"]) == 2  # nothing to widen
-    assert "--widen-mlp" in capsys.readouterr().err
-
-
-def test_a_deepened_round_exports_two_layers_and_decodes_losslessly(setup, tmp_path, capsys):
-    first = tmp_path / "first"
-    assert main(args(setup, first, 1)) == 0
-    second = tmp_path / "second"
-    more = ["--init", str(first / "head"), "--add-layers", "1", "--n-text", "0", "--n-prompts", "4", "--epochs", "0.2"]
-    assert main(args(setup, second, 1) + more) == 0
-    deep = load_head(second / "head")
-    assert deep.config.num_layers == 2 and deep.layers[1].self_attn.o_proj.weight.abs().sum() > 0  # it trained
-    card = json.loads((second / "head" / "training.json").read_text())
-    assert (card["training"]["added_layers"], card["training"]["layers"]) == (1, 2)
-    target = TargetModel(tiny_model("llama").eval())
-    cfg = DecodeConfig(40, tree=TreeConfig(8, 4, 3))
-    assert run(Eagle2Decoder(target, EagleDrafter(deep, target)), PROMPT, cfg)[0] == run(
-        BaselineDecoder(target), PROMPT, cfg)[0]
-    assert main(args(setup, tmp_path / "third", 1) + ["--add-layers", "1"]) == 2  # nothing to deepen
-    assert "--add-layers" in capsys.readouterr().err
+    assert main(args(setup, tmp_path / "third", 1) + [flag, value]) == 2  # nothing to grow without --init
+    assert flag in capsys.readouterr().err
 
 
 def test_german_sources_are_filtered_and_wrapped_as_translation_prompts():
