@@ -164,6 +164,15 @@ def load_stack(model: str | None, head: str | None, device: str | None, dtype: s
             "core.pipeline.build_decoders")
 
 
+def uses_run_tree(plan: Plan) -> bool:
+    """Whether any method drafts with the run's tree (--tree): eagle2 and the chains always, the head-alone methods
+    when no --head-tree is given. Only then does `--tree auto` need its calibration (about a minute on a CPU)."""
+    users = {"eagle2", "eagle2-chain", "eagle2-chain-b"}
+    if plan.head_tree is None:
+        users |= {"eagle2-head", "eagle2-head-b", "medusa"}
+    return bool(users & set(plan.methods))
+
+
 def resolve_tree(given: TreeConfig | None, eagle, prompt_ids: list[int],
                  sampling: SamplingConfig | None = None) -> tuple[TreeConfig, dict]:
     """The tree to use and how it was chosen; 'auto' (given None) asks core.autotree.choose_tree, calibrating at
@@ -346,7 +355,10 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
     target, tok, baseline, eagle, loader = load_stack(a.model, a.head, a.device, a.dtype,
                                                       getattr(a, "trust_remote_code", False))
     prompts = [pipeline.encode_prompt(tok, q["turns"][0], "raw" if a.raw else "auto") for q in questions]
-    tree, tree_info = resolve_tree(plan.tree, eagle, prompts[0], plan.decode.sampling)
+    if plan.tree is None and not uses_run_tree(plan):  # nothing drafts with auto's tree: skip its calibration
+        tree, tree_info = plan.decode.tree, {"source": "unused: no method drafts with the run's tree"}
+    else:
+        tree, tree_info = resolve_tree(plan.tree, eagle, prompts[0], plan.decode.sampling)
     eagle_b = None
     if getattr(a, "head_b", None):
         from core.eagle import Eagle2Decoder

@@ -258,6 +258,11 @@ def save_head(head: EagleHead, out_dir: str | Path, dtype: torch.dtype = torch.b
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
 
+def layer_count(names) -> int:
+    """Decoder layers named in an EAGLE-1/2 state dict's keys (`layers.N.*`, N from 0); 0 when none."""
+    return 1 + max((int(k.split(".")[1]) for k in names if k.startswith("layers.")), default=-1)
+
+
 def load_head(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> EagleHead:
     """Read a head folder: model.safetensors preferred, pytorch_model.bin via torch.load(weights_only=True)."""
     p = Path(path)
@@ -280,8 +285,7 @@ def load_head(path: str | Path, dtype: torch.dtype = torch.float32, device: str 
         c = HeadConfig(**{**asdict(c), "bias": True})
     if "fc.bias" not in sd and c.bias:
         c = HeadConfig(**{**asdict(c), "bias": False})
-    n_layers = 1 + max((int(k.split(".")[1]) for k in sd if k.startswith("layers.")), default=0)
-    c = replace(c, num_layers=n_layers)  # the weights say how many layers, whatever config.json claims
+    c = replace(c, num_layers=max(layer_count(sd), 1))  # the weights say how many layers, whatever config.json claims
     vocab_ids = None
     if "d2t" in sd:
         d2t = sd.pop("d2t").long()

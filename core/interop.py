@@ -34,7 +34,7 @@ VLLM_EAGLE3_EXTRA = frozenset({"d2t", "t2d", "norm.weight", "lm_head.weight", "f
 
 def vllm_problems(head_dir: str | Path) -> list[str]:
     """What stops vLLM 0.32's EAGLE drafters from loading this head folder unedited (empty list: nothing)."""
-    from core.draft_head import vllm_blockers
+    from core.draft_head import layer_count, vllm_blockers
     from core.heads import kind_of_folder, weight_names
 
     p = Path(head_dir)
@@ -56,8 +56,7 @@ def vllm_problems(head_dir: str | Path) -> list[str]:
     problems += vllm_blockers("fc.bias" in keys, bool(keys & {"d2t", "t2d"}))
     deeper = {k for k in keys if k.startswith("layers.") and not k.startswith("layers.0.")}
     if deeper:  # --add-layers heads: ours; this check knows only the one-layer layout vLLM is tested with here
-        n = 1 + max(int(k.split(".")[1]) for k in deeper)
-        problems.append(f"{n} decoder layers: this check knows vLLM's one-layer EAGLE-1/2 layout only (untested there)")
+        problems.append(f"{layer_count(keys)} decoder layers: this check knows vLLM's one-layer EAGLE-1/2 layout only (untested there)")
     problems += [f"unknown weight {k} (vLLM's loader raises on it)"
                  for k in sorted(keys - VLLM_EAGLE_KEYS - deeper - {"fc.bias", "d2t", "t2d"})]
     problems += [f"missing weight {k}" for k in sorted(VLLM_EAGLE_KEYS - {"embed_tokens.weight", "lm_head.weight"}

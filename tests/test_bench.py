@@ -127,6 +127,32 @@ def test_sampled_run_with_auto_tree(stack, tmp_path, capsys):
     assert all(v["mismatches"] is None for v in res["summary"].values())
 
 
+def test_auto_tree_is_not_calibrated_when_no_method_drafts_with_it(stack, tmp_path, capsys):
+    """A heads-only race at --head-tree: `auto` would plan a tree nobody uses, so it is not calibrated."""
+    out = tmp_path / "h.json"
+    rc = main(_args(stack, out, "--methods", "hf,eagle2-head", "--limit", "1", "--tree", "auto",
+                    "--head-tree", "5,3,2"))
+    assert rc == 0, capsys.readouterr().err
+    res = json.loads(out.read_text())
+    assert res["config"]["tree"]["source"].startswith("unused") and "calibration" not in res["config"]["tree"]
+    assert res["config"]["head_tree"]["total_tokens"] == 5 and res["summary"]["eagle2-head"]["tau"] >= 1.0
+
+
+@pytest.mark.parametrize(("methods", "head_tree", "uses"), [
+    ("hf,eagle2-head,eagle2-head-b", "16,6,8", False),
+    ("hf,eagle2-head", None, True),  # the head alone drafts with the run's tree when --head-tree is absent
+    ("hf,eagle2", "16,6,8", True),
+    ("baseline,lookup,eagle2-greedy-tree", None, False),  # lookup has its own tree; greedy-tree calibrates its own
+])
+def test_uses_run_tree(methods, head_tree, uses):
+    from core.bench import Plan, uses_run_tree
+    from core.config import DecodeConfig, TreeConfig
+
+    plan = Plan(tuple(methods.split(",")), frozenset(), None, head_tree and TreeConfig.parse(head_tree),
+                DecodeConfig())
+    assert uses_run_tree(plan) is uses
+
+
 def test_second_head_races_in_the_same_run(stack, tmp_path, capsys):
     """--head-b: an EAGLE-3 head and the EAGLE-1/2 head, both lossless, reported side by side in one run."""
     from core.eagle3_head import Eagle3Config, init_eagle3_head, save_eagle3_head
