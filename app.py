@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phone-home calls (offline machines)
     from app.inputs import Limits
-    from app.startup import auto_or_parse, compare_decoders, configure_logging, dtype_note, warm_up
+    from app.startup import auto_or_parse, compare_decoders, configure_logging, dtype_note, info_line, warm_up
     from app.ui import build_demo, serve
     from core.pipeline import build_decoders
 
@@ -54,8 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     compare = compare_decoders(target, args.medusa_head)  # the token-level lanes (Medusa, lookup)
     warm_up(tok, baseline, eagle, *compare.values())
     tree = auto_or_parse(args.tree, eagle, tok)
-    info = f"Target **{target.name}** · {target.device.type} · {dtype_note(target, short=True)}"
-    demo = build_demo(tok, baseline, eagle, info=info + (f" · head `{args.head}`" if args.head else ""),
+    demo = build_demo(tok, baseline, eagle, info=info_line(target, eagle, args.head),
                       max_new_tokens=args.max_new_tokens_cap, max_prompt_tokens=args.max_prompt_tokens, tree=tree,
                       prompt_mode=args.prompt_mode, system=args.system,
                       limits=Limits(seconds=args.request_seconds, queue=args.queue_size), compare=compare)

@@ -59,6 +59,18 @@ def dtype_note(target, short: bool = False) -> str:
             + head)
 
 
+def info_line(target, eagle, head_arg: str | None = None) -> str:
+    """The markdown line above the race: target, device, dtype and the draft head the EAGLE-2 lane drafts with
+    (kind, depth, size; its folder when given with --head)."""
+    from core.heads import describe_head
+
+    line = f"Target **{target.name}** · {target.device.type} · {dtype_note(target, short=True)}"
+    head = getattr(eagle.drafter, "head", None)
+    if head is not None:
+        line += f" · head: {describe_head(head)}"
+    return line + (f" (`{head_arg}`)" if head_arg else "")
+
+
 def configure_logging(level: str) -> None:
     """The app's log format, and Gradio's own start-up HTTP probes kept quiet."""
     logging.basicConfig(level=level, format="[eagle-playground] %(levelname)s %(message)s")

@@ -88,6 +88,28 @@ def kind_of(head: nn.Module) -> HeadKind:
     raise ValueError(f"no drafter is registered for {type(head).__name__}")
 
 
+LABELS = {"eagle": "EAGLE-1/2", "eagle3": "EAGLE-3", "medusa": "Medusa"}
+
+
+def describe_head(head: nn.Module) -> str:
+    """One line for people: kind, depth, the head's own parameters (not the target's embedding or LM head it borrows)
+    and draft vocabulary, e.g. "EAGLE-1/2, 2 layers, 11.5M parameters, draft vocabulary 16,384"."""
+    kind = kind_of(head).name
+    parts = [LABELS[kind]]
+    if kind == "eagle":
+        n = len(head.layers)
+        parts.append(f"{n} layer{'s' if n > 1 else ''}")
+    elif kind == "medusa":
+        parts.append(f"{len(head.medusa_head)} heads")
+    parts.append(f"{sum(p.numel() for p in head.parameters()) / 1e6:.1f}M parameters")
+    vocab = {"eagle": lambda: len(head.vocab_ids), "eagle3": lambda: head.lm_head.out_features}.get(kind)
+    if vocab is not None:
+        parts.append(f"draft vocabulary {vocab():,}")
+    if not getattr(head, "trained", True):
+        parts.append("untrained (lossless, slow)")
+    return ", ".join(parts)
+
+
 def make_drafter(head: nn.Module, target: TargetModel) -> Drafter:
     """Bind a head to a target through its registered drafter (ValueError when shapes do not fit)."""
     return kind_of(head).drafter(head, target)

@@ -196,3 +196,25 @@ def test_a_two_layer_head_round_trips_caches_by_position_and_decodes_losslessly(
     assert run(Eagle2Decoder(tgt, EagleDrafter(loaded, tgt)), PROMPT, cfg)[0] == run(BaselineDecoder(tgt), PROMPT, cfg)[0]
     with pytest.raises(ValueError, match="add-layers"):
         add_layers(one, 0)
+
+
+def test_describe_head_and_the_apps_info_line(tmp_path):
+    """The line above the race names the head the EAGLE-2 lane drafts with: kind, depth, own parameters, vocabulary."""
+    from types import SimpleNamespace
+
+    from app.startup import info_line
+    from core.draft_head import add_layers, layer_count
+    from core.heads import describe_head
+
+    head = head_for(draft_vocab_size=64)
+    own = sum(p.numel() for p in head.parameters())
+    assert describe_head(head) == f"EAGLE-1/2, 1 layer, {own / 1e6:.1f}M parameters, draft vocabulary 64, untrained (lossless, slow)"
+    save_head(head, tmp_path, dtype=torch.float32)
+    loaded = load_head(tmp_path)  # load_head marks a head read from disk as trained
+    deep = add_layers(loaded, 2)
+    assert describe_head(deep).startswith("EAGLE-1/2, 3 layers, ") and "untrained" not in describe_head(deep)
+    assert layer_count(deep.state_dict()) == 3 and layer_count(["fc.weight"]) == 0
+    target = SimpleNamespace(name="tiny", device=torch.device("cpu"), dtype=torch.float32, dtype_timing=None)
+    line = info_line(target, SimpleNamespace(drafter=SimpleNamespace(head=deep)), "runs/deep/head")
+    assert line == f"Target **tiny** · cpu · fp32 · head: {describe_head(deep)} (`runs/deep/head`)"
+    assert info_line(target, SimpleNamespace(drafter=SimpleNamespace())) == "Target **tiny** · cpu · fp32"  # no head: lookup
