@@ -234,3 +234,15 @@ def _unigram(raw: dict, sd: dict) -> UnigramHead:
     head = UnigramHead(int(raw["unigram_vocab"]))
     head.load_state_dict(sd)
     return head
+
+
+def test_every_head_kind_describes_itself():
+    """core.heads.describe_head names the kind, its depth and its own size (what the app's info line shows)."""
+    from core.heads import describe_head
+
+    tgt = tiny_target("llama")
+    lines = {k: describe_head(tiny_drafter(k, tgt).head) for k in ("eagle", "eagle3", "medusa")}
+    assert lines["eagle"].startswith("EAGLE-1/2, 1 layer, ") and "draft vocabulary 128" in lines["eagle"]
+    assert lines["eagle3"].startswith("EAGLE-3, ") and "draft vocabulary 128" in lines["eagle3"]
+    assert lines["medusa"].startswith("Medusa, 4 heads, ")
+    assert all("M parameters" in v and v.endswith("untrained (lossless, slow)") for v in lines.values())
