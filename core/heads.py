@@ -95,16 +95,15 @@ def describe_head(head: nn.Module) -> str:
     """One line for people: kind, depth, the head's own parameters (not the target's embedding or LM head it borrows)
     and draft vocabulary, e.g. "EAGLE-1/2, 2 layers, 11.5M parameters, draft vocabulary 16,384"."""
     kind = kind_of(head).name
-    parts = [LABELS[kind]]
+    size = f"{sum(p.numel() for p in head.parameters()) / 1e6:.1f}M parameters"
     if kind == "eagle":
         n = len(head.layers)
-        parts.append(f"{n} layer{'s' if n > 1 else ''}")
-    elif kind == "medusa":
-        parts.append(f"{len(head.medusa_head)} heads")
-    parts.append(f"{sum(p.numel() for p in head.parameters()) / 1e6:.1f}M parameters")
-    vocab = {"eagle": lambda: len(head.vocab_ids), "eagle3": lambda: head.lm_head.out_features}.get(kind)
-    if vocab is not None:
-        parts.append(f"draft vocabulary {vocab():,}")
+        parts = [f"{n} layer{'s' if n > 1 else ''}", size, f"draft vocabulary {len(head.vocab_ids):,}"]
+    elif kind == "eagle3":
+        parts = [size, f"draft vocabulary {head.lm_head.out_features:,}"]
+    else:
+        parts = [f"{len(head.medusa_head)} heads", size]
+    parts.insert(0, LABELS[kind])
     if not getattr(head, "trained", True):
         parts.append("untrained (lossless, slow)")
     return ", ".join(parts)
