@@ -20,8 +20,8 @@ each one's best time (a warm-up round included).
   so it is chosen whenever it is at least as fast; bf16 only where the processor makes it faster.
 - `bf16_matmul_is_faster`: whether head training on CPU runs under bf16 autocast or in plain fp32.
 
-Measured on an AMD EPYC with AVX2 only (2 threads, 2026-12-02; README "When the processor has no bf16 units"): a
-16-row product with Gemma 3 270M's (262144, 640) head took 463 ms in bf16 and 124 ms in fp32 (vocabulary-major;
+Measured on an AMD EPYC with AVX2 only (2 threads, 2026-12-02; docs/results-history.md, "When the processor has no
+bf16 units"): a 16-row product with Gemma 3 270M's (262144, 640) head took 463 ms in bf16 and 124 ms in fp32 (vocabulary-major;
 256 ms through linear()), one row 29 and 54 ms.
 """
 from __future__ import annotations
@@ -138,7 +138,8 @@ def rows_are_cheap(times: dict[int, float]) -> bool:
     rows its acceptance walk visits (core/tree_logits.py). With cost a + b*m for m rows, the root's row plus half
     of a 16-node tree beats all 16 rows when t(1) < (8/15) t(8); the rule asks for a little more (1/2), since the
     accepted child's subtree can hold more than half the nodes (then the walk pays one extra fixed cost a, and
-    gains whenever the root's own row rejects every draft). Measured, not assumed: README, "LM-head kernels"."""
+    gains whenever the root's own row rejects every draft). Measured, not assumed: docs/results-history.md,
+    "LM-head kernels"."""
     return 2 * times[1] < times[8]
 
 
@@ -168,7 +169,8 @@ def body_choice(forward: Callable[[int, bool], object], sizes: tuple[int, ...] =
     `OneDNNLinear` when routed) ran faster routed; `routes_onednn` maps any row count onto them. Measured on an
     AVX2-only EPYC in fp32 (2 threads, 2026-12-03): Gemma 3 270M's forward lost routed at one row (99 against 87 ms:
     the mode's cost) and won at 16 (178 against 196); one Qwen2.5-0.5B layer's products alone took 26.2 ms through
-    linear() against 13.9 ms through oneDNN at 16 rows (README, "The body's products through oneDNN")."""
+    linear() against 13.9 ms through oneDNN at 16 rows (docs/results-history.md, "The body's products through
+    oneDNN")."""
     won = set()
     for m in sizes:
         t = fastest({False: lambda: forward(m, False), True: lambda: forward(m, True)}, rounds)

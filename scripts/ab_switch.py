@@ -17,7 +17,7 @@ Run it alone on the machine.
     python scripts/ab_switch.py target-kernel --values vocab_major,onednn --baseline --max-new-tokens 48
     python scripts/ab_switch.py body-route --values timed,off --baseline --tree 16,6,8,0 --tree 4,2,8,0
 
-Results: README, "LM-head kernels, timed three ways" and "The body's products through oneDNN".
+Results: docs/results-history.md, "LM-head kernels, timed three ways" and "The body's products through oneDNN".
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ the data it was just fine-tuned on has little room left at its size.
     python scripts/head_fit_gap.py --head runs/gemma-3-270m-r6/head --head runs/gemma-3-270m-r7/head \
         --shards runs/g6-data/shards --shards runs/g7-data/shards
 
-Results: README, "Round 7 against round 6".
+Results: docs/results-history.md, "Round 7 against round 6".
 """
 from __future__ import annotations
 

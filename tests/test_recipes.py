@@ -1,6 +1,6 @@
 """The commands the project publishes still parse: every `python -m core.train` line of recipes/*.sh and every
-`python -m core.train` / `core.bench` / `core.generate` command in README, read as the shell would and handed to the
-CLI's own parser and range checks (nothing runs, nothing loads). A renamed flag breaks this test, not a user's run."""
+`python -m core.train` / `core.bench` / `core.generate` command in README and docs/*.md, read as the shell would and
+handed to the CLI's own parser and range checks (nothing runs, nothing loads). A renamed flag breaks this test, not a user's run."""
 from __future__ import annotations
 
 import re
@@ -34,13 +34,16 @@ def commands(text: str, module: str) -> list[list[str]]:
 
 RECIPES = sorted((ROOT / "recipes").glob("*.sh"))
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+DOCS = [(p.name, p.read_text(encoding="utf-8")) for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]]
 TRAIN = [(p.name, argv) for p in RECIPES for argv in commands(p.read_text(encoding="utf-8"), "core.train")]
-TRAIN += [("README", argv) for argv in commands(README, "core.train")]
+TRAIN += [(name, argv) for name, text in DOCS for argv in commands(text, "core.train")]
+BENCH = [(name, argv) for name, text in DOCS for argv in commands(text, "core.bench")]
 
 
 def test_the_recipes_and_readme_hold_commands():
     assert len(RECIPES) >= 2 and len(TRAIN) >= 6
     assert commands(README, "core.bench") and commands(README, "core.generate")
+    assert any(name == "results-history.md" for name, _ in BENCH)  # the earlier results' commands are checked too
 
 
 @pytest.mark.parametrize("where,argv", TRAIN, ids=[f"{w}-{i}" for i, (w, _) in enumerate(TRAIN)])
@@ -50,8 +53,8 @@ def test_train_commands_parse_and_pass_the_range_checks(where, argv):
     assert check_args(a) is None, (where, argv)
 
 
-@pytest.mark.parametrize("argv", commands(README, "core.bench"))
-def test_readme_bench_commands_parse(argv):
+@pytest.mark.parametrize("where,argv", BENCH, ids=[f"{w}-{i}" for i, (w, _) in enumerate(BENCH)])
+def test_published_bench_commands_parse(where, argv):
     a = bench.parse_args(argv)
     assert a.max_new_tokens >= 1 and all(m in bench.METHODS for m in a.methods.split(","))
 

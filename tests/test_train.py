@@ -460,7 +460,7 @@ def test_training_on_a_gpu_leaves_the_cudnn_attention_kernel_out_and_a_cpu_keeps
 
 
 def test_the_fit_gap_script_scores_a_trained_head_above_an_untrained_one_on_its_shards(setup, tmp_path, capsys):
-    """scripts/head_fit_gap.py (README's capacity check): one JSON line per (head, shards) pair with top-1 agreement
+    """scripts/head_fit_gap.py (the capacity check in docs/results-history.md): one JSON line per (head, shards) pair with top-1 agreement
     and soft cross-entropy per unrolled step; a head trained on the shards agrees with the target more than the
     same head untrained. A folder without shards is one line and exit status 2."""
     import importlib.util

@@ -114,7 +114,7 @@ def test_sampled_eagle2_gives_the_same_tokens_with_rows_on_demand(kind):
 
 
 def test_the_ab_script_forces_one_switch_each_way_on_the_same_model(tmp_path, capsys):
-    """scripts/ab_switch.py (the README's A/B command) on a tiny saved model: every value runs every lane, the
+    """scripts/ab_switch.py (the A/B command in docs/results-history.md) on a tiny saved model: every value runs every lane, the
     tokens agree, and a value the switch does not take is one line and exit status 2."""
     import importlib.util
     from pathlib import Path
