@@ -486,3 +486,30 @@ def test_the_fit_gap_script_scores_a_trained_head_above_an_untrained_one_on_its_
     assert rows[0]["top1"][0] > rows[1]["top1"][0] and rows[0]["soft_ce"][0] < rows[1]["soft_ce"][0]
     assert gap.main([*common, "--shards", str(tmp_path / "nothing")]) == 2
     assert capsys.readouterr().err.strip() == f"error: no shard_*.safetensors in {tmp_path / 'nothing'}"
+
+
+def test_the_oracle_script_bounds_tau_by_the_targets_own_distribution(setup, tmp_path, capsys):
+    """scripts/oracle_tau.py on shards written by `core.train --data-only`: one JSON line per group of sequences
+    (greedy, sampled); a perfect drafter's τ lies between 1 and depth + 1, the best tree never below the chain of
+    the same depth; near T=0 the target's greedy text is certain, so the chain accepts every level."""
+    import importlib.util
+
+    assert main(args(setup, tmp_path / "run", 1) + ["--data-only"]) == 0
+    spec = importlib.util.spec_from_file_location(
+        "oracle_tau", Path(__file__).parents[1] / "scripts" / "oracle_tau.py")
+    oracle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(oracle)
+    common = ["--model", str(setup["model"]), "--shards", str(tmp_path / "run" / "shards"), "--max-seqs", "12",
+              "--depth", "3", "--total-tokens", "6", "--top-k", "2"]
+    capsys.readouterr()
+    for temperature in ("1", "0.001"):
+        assert oracle.main([*common, "--temperature", temperature]) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+        assert rows and {r["group"] for r in rows} <= {"greedy", "sampled"}
+        for r in rows:
+            assert r["positions"] > 0 and 1.0 <= r["chain_tau_depth3"] <= r["tree_tau_6,3,2"] + 1e-9 <= 4.0 + 1e-9
+        if temperature == "0.001":
+            greedy = [r for r in rows if r["group"] == "greedy"]
+            assert greedy and greedy[0]["chain_tau_depth3"] > 3.9
+    assert oracle.main([*common[:2], "--shards", str(tmp_path / "nothing")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: no shard_*.safetensors in {tmp_path / 'nothing'}"
