@@ -8,7 +8,7 @@
 #      along the way and measuring tau of each: the curve of tau against the data seen.
 #   3. an EAGLE-1/2 head on the same shards (feature + token loss), for the side-by-side comparison.
 #   4. (FINETUNE=1) the shipped EAGLE-1/2 head fine-tuned for one epoch on the same shards (README: "EAGLE-3, more
-#      data, and where the head stands"); it writes runs/g3-eagle-ft/head, not the shipped folder.
+#      data, and where the head stood"); it writes runs/g3-eagle-ft/head, not the shipped folder.
 # Scale it with SHARDS (batches of 48 rows; on 2 CPU cores one generated batch takes about 30 s) and EPOCHS.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A GPU round for the Gemma 3 270M head: the data volume that two CPU cores cannot make (see README, "A GPU round").
+# A GPU round for the Gemma 3 270M head: the data volume that two CPU cores cannot make (see README, "How the default head was trained", "A GPU round").
 #   bash recipes/gemma-3-270m-head-gpu.sh            # on a machine with one CUDA GPU
 # Stage 1: every training prompt (14,308), cut at 384 tokens, continued by the target in batches of 1,024 rows
 #          (400 new tokens, 70 % greedy / 30 % sampled): 14 shards, about 6M tokens, 5M generated. On an H200
