@@ -21,8 +21,8 @@ each one's best time (a warm-up round included).
 - `bf16_matmul_is_faster`: whether head training on CPU runs under bf16 autocast or in plain fp32.
 
 Measured on an AMD EPYC with AVX2 only (2 threads, 2026-12-02; docs/results-history.md, "When the processor has no
-bf16 units"): a 16-row product with Gemma 3 270M's (262144, 640) head took 463 ms in bf16 and 124 ms in fp32 (vocabulary-major;
-256 ms through linear()), one row 29 and 54 ms.
+bf16 units"): a 16-row product with Gemma 3 270M's (262144, 640) head took 463 ms in bf16 and 124 ms in fp32
+(vocabulary-major; 256 ms through linear()), one row 29 and 54 ms.
 """
 from __future__ import annotations
 

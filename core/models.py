@@ -109,8 +109,8 @@ class TargetModel:
         On CPU (bf16 or fp32) the product runs with the kernel start-up timing found fastest here
         (`kernels.head_choice`): on an AMX Xeon the vocabulary-major product ran 1.25-1.45x faster than linear()'s
         h @ W^T in bf16 (docs/results-history.md, "Where the time goes"); on an AVX2-only EPYC in fp32 oneDNN's
-        linear primitive took 40 ms a row against 74 for torch.mv (core/kernels.py). Otherwise, and on other devices, the head module runs
-        as is.
+        linear primitive took 40 ms a row against 74 for torch.mv (core/kernels.py). Otherwise, and on other
+        devices, the head module runs as is.
         """
         head = self.model.get_output_embeddings()
         kernel = self.head_kernel

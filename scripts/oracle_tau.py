@@ -35,9 +35,10 @@ def best_tree_accepts(levels: Sequence[Sequence[float]], total: int, top_k: int)
     """Expected accepted drafts of the best tree of at most `total` nodes, when every node at depth d+1 offers the
     same child probabilities levels[d] (sorted, largest first; the first top_k are used; len(levels) = max depth).
 
-    Best-first over path products: a node's first child and its next sibling are the only candidates it adds, and
-    both are no likelier than the node itself, so nodes leave the heap in the order of their reach probability and
-    the first `total` of them form the best tree."""
+    Best-first over path products, as core.tree.select_nodes does over a drafted pool, but lazily over the whole
+    k-ary tree (8^6 nodes at 16,6,8 would not fit a pool): a node's first child and its next sibling are the only
+    candidates it adds, both no likelier than the node itself, so nodes leave the heap in the order of their reach
+    probability and the first `total` of them form the best tree."""
     if not levels or total < 1 or top_k < 1:
         return 0.0
     heap = [(-levels[0][0], 0, 0, 1.0)]  # (-reach probability, level index, sibling rank, parent's reach)

@@ -84,6 +84,17 @@ def _build(kind: str, vocab: int, seed: int) -> torch.nn.Module:
 
 
 @functools.lru_cache(maxsize=None)
+def load_script(name: str):
+    """scripts/NAME.py as a module (the scripts are files, not a package), for tests that call their main()."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def tiny_model(kind: str, vocab: int = 128, seed: int = 0) -> torch.nn.Module:
     """A cached tiny random HF causal LM (fp32, CPU). Never mutate it; wrap it in a new TargetModel instead."""
     return _build(kind, vocab, seed)

@@ -144,7 +144,8 @@ def test_bf16_greedy_eagle2_equals_baseline_up_to_near_ties(kind):
 
 
 def test_lm_head_profile_prints_a_row_per_size(tmp_path, capsys):
-    """python -m core.profile_lm_head (the timing table in docs/results-history.md) runs on any local model folder."""
+    """python -m core.profile_lm_head (the timing table in docs/results-history.md) runs on any local model
+    folder."""
     from test_generate_cli import word_tokenizer
 
     from core.profile_lm_head import main

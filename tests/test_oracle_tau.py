@@ -2,17 +2,15 @@
 force over every tree that fits, and the chain's expected accepts in closed form."""
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import math
 import random
-from pathlib import Path
 
 import pytest
 
-spec = importlib.util.spec_from_file_location("oracle_tau", Path(__file__).parents[1] / "scripts" / "oracle_tau.py")
-oracle = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(oracle)
+from conftest import load_script
+
+oracle = load_script("oracle_tau")
 
 
 def brute_force(levels: list[list[float]], total: int, top_k: int) -> float:

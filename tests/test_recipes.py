@@ -1,6 +1,7 @@
 """The commands the project publishes still parse: every `python -m core.train` line of recipes/*.sh and every
 `python -m core.train` / `core.bench` / `core.generate` command in README and docs/*.md, read as the shell would and
-handed to the CLI's own parser and range checks (nothing runs, nothing loads). A renamed flag breaks this test, not a user's run."""
+handed to the CLI's own parser and range checks (nothing runs, nothing loads). A renamed flag breaks this test, not
+a user's run."""
 from __future__ import annotations
 
 import re

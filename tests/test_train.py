@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import PROMPT, run, tiny_model
+from conftest import PROMPT, load_script, run, tiny_model
 from core.baseline import BaselineDecoder
 from core.config import DecodeConfig, TreeConfig
 from core.draft_head import HeadConfig, init_head, load_head
@@ -350,13 +350,8 @@ def test_the_training_profile_script_runs_the_recipe_loss_on_real_shards(setup, 
     """scripts/profile_train_step.py (README's training profile) on shards written by `core.train --data-only`: it
     profiles the recipe's loss and backward and reports the LM-head products' share; a folder without shards is one
     line and exit status 2."""
-    import importlib.util
-
     assert main(args(setup, tmp_path / "run", 1) + ["--data-only"]) == 0
-    spec = importlib.util.spec_from_file_location(
-        "profile_train_step", Path(__file__).parents[1] / "scripts" / "profile_train_step.py")
-    prof = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(prof)
+    prof = load_script("profile_train_step")
     common = ["--model", str(setup["model"]), "--tokens-per-batch", "64", "--steps", "1"]
     assert prof.main(["--shards", str(tmp_path / "run" / "shards"), "--draft-vocab", "96", *common]) == 0
     out = capsys.readouterr().out
@@ -370,16 +365,11 @@ def test_the_agreement_script_guesses_what_the_drafter_guesses_one_pair_at_a_tim
     """scripts/head_agreement.py scores every position of a continuation in one head pass; the engine's drafter, fed
     the same real pairs one at a time (its KV cache, its draft-vocabulary top-1), must make the same guess at every
     position, and the script's counts must be those guesses'. A file without prompts is one line and exit 2."""
-    import importlib.util
-
     from core.draft_head import save_head
     from core.models import load_target
     from core.pipeline import encode_prompt
 
-    spec = importlib.util.spec_from_file_location(
-        "head_agreement", Path(__file__).parents[1] / "scripts" / "head_agreement.py")
-    agree = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(agree)
+    agree = load_script("head_agreement")
     target, tok = load_target(str(setup["model"]), dtype="fp32")
     vocab = torch.arange(0, 128, 2)  # a reduced draft vocabulary: draft ids map back to the target's
     save_head(init_head(HeadConfig.for_target(64, 128, len(vocab)), vocab, seed=2), tmp_path / "h",
@@ -460,11 +450,9 @@ def test_training_on_a_gpu_leaves_the_cudnn_attention_kernel_out_and_a_cpu_keeps
 
 
 def test_the_fit_gap_script_scores_a_trained_head_above_an_untrained_one_on_its_shards(setup, tmp_path, capsys):
-    """scripts/head_fit_gap.py (the capacity check in docs/results-history.md): one JSON line per (head, shards) pair with top-1 agreement
-    and soft cross-entropy per unrolled step; a head trained on the shards agrees with the target more than the
-    same head untrained. A folder without shards is one line and exit status 2."""
-    import importlib.util
-
+    """scripts/head_fit_gap.py (the capacity check in docs/results-history.md): one JSON line per (head, shards) pair
+    with top-1 agreement and soft cross-entropy per unrolled step; a head trained on the shards agrees with the
+    target more than the same head untrained. A folder without shards is one line and exit status 2."""
     from core.draft_head import save_head
 
     out = tmp_path / "run"
@@ -473,10 +461,7 @@ def test_the_fit_gap_script_scores_a_trained_head_above_an_untrained_one_on_its_
     fresh = init_head(trained.config, trained.vocab_ids, seed=1)
     save_head(fresh, tmp_path / "fresh")
     capsys.readouterr()  # the training run's own output
-    spec = importlib.util.spec_from_file_location(
-        "head_fit_gap", Path(__file__).parents[1] / "scripts" / "head_fit_gap.py")
-    gap = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gap)
+    gap = load_script("head_fit_gap")
     common = ["--model", str(setup["model"]), "--tokens-per-batch", "64", "--head", str(out / "head"),
               "--head", str(tmp_path / "fresh")]
     assert gap.main([*common, "--shards", str(out / "shards")]) == 0
@@ -492,13 +477,8 @@ def test_the_oracle_script_bounds_tau_by_the_targets_own_distribution(setup, tmp
     """scripts/oracle_tau.py on shards written by `core.train --data-only`: one JSON line per group of sequences
     (greedy, sampled); a perfect drafter's τ lies between 1 and depth + 1, the best tree never below the chain of
     the same depth; near T=0 the target's greedy text is certain, so the chain accepts every level."""
-    import importlib.util
-
     assert main(args(setup, tmp_path / "run", 1) + ["--data-only"]) == 0
-    spec = importlib.util.spec_from_file_location(
-        "oracle_tau", Path(__file__).parents[1] / "scripts" / "oracle_tau.py")
-    oracle = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(oracle)
+    oracle = load_script("oracle_tau")
     common = ["--model", str(setup["model"]), "--shards", str(tmp_path / "run" / "shards"), "--max-seqs", "12",
               "--depth", "3", "--total-tokens", "6", "--top-k", "2"]
     capsys.readouterr()

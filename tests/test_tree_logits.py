@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from conftest import KINDS, OracleDrafter, PROMPT, run, tiny_head, tiny_model
+from conftest import KINDS, OracleDrafter, PROMPT, load_script, run, tiny_head, tiny_model
 from core import kernels, tree
 from core.baseline import BaselineDecoder
 from core.config import DecodeConfig, SamplingConfig, TreeConfig
@@ -114,20 +114,15 @@ def test_sampled_eagle2_gives_the_same_tokens_with_rows_on_demand(kind):
 
 
 def test_the_ab_script_forces_one_switch_each_way_on_the_same_model(tmp_path, capsys):
-    """scripts/ab_switch.py (the A/B command in docs/results-history.md) on a tiny saved model: every value runs every lane, the
-    tokens agree, and a value the switch does not take is one line and exit status 2."""
-    import importlib.util
-    from pathlib import Path
-
+    """scripts/ab_switch.py (the A/B command in docs/results-history.md) on a tiny saved model: every value runs
+    every lane, the tokens agree, and a value the switch does not take is one line and exit status 2."""
     from core.draft_head import HeadConfig, init_head, save_head
     from test_generate_cli import word_tokenizer
 
     tiny_model("llama").save_pretrained(tmp_path / "m")
     word_tokenizer().save_pretrained(tmp_path / "m")
     save_head(init_head(HeadConfig.for_target(64, 128), seed=2), tmp_path / "h", dtype=torch.float32)
-    spec = importlib.util.spec_from_file_location("ab_switch", Path(__file__).parents[1] / "scripts" / "ab_switch.py")
-    ab = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ab)
+    ab = load_script("ab_switch")
     common = ["--model", str(tmp_path / "m"), "--head", str(tmp_path / "h"), "--prompts", "2",
               "--max-new-tokens", "8", "--rounds", "2"]
     assert ab.main(["lazy-rows", "--values", "on,off", "--tree", "6,3,2,0", "--baseline", *common]) == 0

@@ -59,9 +59,9 @@ def _pick(logits: torch.Tensor, sample: bool, gen: torch.Generator, temperature:
     """(B, V) logits -> (B,) next ids: greedy by torch.max, sampled at `temperature` by the inverse CDF.
 
     torch.max over a contiguous (B, V) row is several times faster than argmax on this CPU
-    (docs/results-history.md, "Where the time goes"). Sampling draws one uniform per row against the cumulative softmax: at batch 48 over Gemma's 262k
-    vocabulary it costs about 115 ms a step, against about 700 ms for multinomial or an exponential race (both
-    draw a random number per vocabulary entry on one thread).
+    (docs/results-history.md, "Where the time goes"). Sampling draws one uniform per row against the cumulative
+    softmax: at batch 48 over Gemma's 262k vocabulary it costs about 115 ms a step, against about 700 ms for
+    multinomial or an exponential race (both draw a random number per vocabulary entry on one thread).
     """
     if not sample:
         return logits.max(-1).indices
