@@ -8,6 +8,12 @@ distribution of t_{i+2}. Layer 0 has no input_layernorm (the residual is the fc 
 Optional reduced draft vocabulary: `vocab_ids` (sorted target ids) selects rows of the target LM head, so drafting
 over Gemma's 262k vocabulary stays cheap; saved as EAGLE-3's `d2t` offsets (target = draft + d2t[draft]) and `t2d`.
 
+Optional inference vocabulary: a head folder may also hold draft_vocab.safetensors (`ids`: sorted target ids, a
+subset of the head's own draft vocabulary, ranked by frequency in its training data), which this playground drafts
+over instead; the weights stay as trained, so engines that read model.safetensors alone (vLLM's EAGLE-1/2 drafter,
+full vocabulary only) still load the folder unedited. Scoring a feature against 49,152 LM-head rows can cost more
+than the head's layer; a frequent subset (FR-Spec, arXiv 2502.14856) keeps the drafts nearly as good for less.
+
 Checkpoint layout = the official EAGLE-1/2 one (config.json Llama-style + model.safetensors with `fc.weight`,
 `fc.bias`, `layers.0.self_attn.*`, `layers.0.mlp.*`, `layers.0.post_attention_layernorm.weight`).
 """
@@ -186,6 +192,7 @@ class EagleHead(nn.Module):
         ids = vocab_ids if vocab_ids is not None else torch.arange(c.draft_vocab_size or c.vocab_size)
         self.register_buffer("vocab_ids", ids.long().sort().values, persistent=False)  # (Vd,) sorted target ids
         self.trained = False  # set by load_head; an untrained head is still lossless, just slow
+        self.inference_vocab: torch.Tensor | None = None  # set by load_head from draft_vocab.safetensors
 
     def forward(self, embeds, features, pos, past_kv=None, mask=None):
         """embeds, features: (B, T, H) -> predicted features (B, T, H) and this call's (k, v) for the cache.
@@ -258,6 +265,35 @@ def save_head(head: EagleHead, out_dir: str | Path, dtype: torch.dtype = torch.b
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
 
+DRAFT_VOCAB_FILE = "draft_vocab.safetensors"
+
+
+def write_draft_vocab(out_dir: str | Path, ids: torch.Tensor) -> None:
+    """Write the folder's inference vocabulary (`ids`: target ids, stored sorted) beside its weights."""
+    from safetensors.torch import save_file
+
+    save_file({"ids": ids.long().cpu().sort().values.contiguous()}, str(Path(out_dir) / DRAFT_VOCAB_FILE))
+
+
+def read_draft_vocab(folder: str | Path, own: torch.Tensor) -> torch.Tensor | None:
+    """The folder's inference vocabulary (sorted (N,) target ids), or None when it has none. ValueError unless it
+    is a non-empty set of distinct ids inside the head's own draft vocabulary `own`."""
+    path = Path(folder) / DRAFT_VOCAB_FILE
+    if not path.exists():
+        return None
+    from safetensors.torch import load_file
+
+    ids = load_file(str(path)).get("ids")
+    if ids is None or ids.dim() != 1 or not len(ids) or ids.is_floating_point():
+        raise ValueError(f"{path}: expected a non-empty 1-D integer tensor 'ids'")
+    ids = ids.long().sort().values
+    if bool((ids[1:] == ids[:-1]).any()):
+        raise ValueError(f"{path}: token ids repeat")
+    if not bool(torch.isin(ids, own.cpu()).all()):
+        raise ValueError(f"{path}: ids outside the head's own draft vocabulary ({len(own):,} tokens)")
+    return ids
+
+
 def layer_count(names) -> int:
     """Decoder layers named in an EAGLE-1/2 state dict's keys (`layers.N.*`, N from 0); 0 when none."""
     return 1 + max((int(k.split(".")[1]) for k in names if k.startswith("layers.")), default=-1)
@@ -300,6 +336,7 @@ def load_head(path: str | Path, dtype: torch.dtype = torch.float32, device: str 
     if missing or unexpected:
         raise ValueError(f"head {p}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}")
     head.trained = True
+    head.inference_vocab = read_draft_vocab(p, head.vocab_ids)
     return head.to(device=device, dtype=dtype).eval()
 
 

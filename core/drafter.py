@@ -103,7 +103,8 @@ class EagleDrafter:
         self.check(head, target)
         self.head = head.to(device=target.device, dtype=target.dtype).eval()
         self.target = target
-        ids = self.head.vocab_ids
+        # the rows it drafts over: the folder's inference vocabulary when it has one, else the head's own
+        ids = head.inference_vocab if getattr(head, "inference_vocab", None) is not None else self.head.vocab_ids
         full = len(ids) == target.vocab_size and bool((ids.cpu() == torch.arange(len(ids))).all())
         self.vocab_ids = None if full else ids.to(target.device)
         self.w_draft = self._draft_rows(full)  # (Vd, H)

@@ -1,0 +1,94 @@
+"""Give a head folder an inference vocabulary: the N tokens of its draft vocabulary its training data used most.
+
+A head trained over the target's full vocabulary (the layout vLLM's EAGLE-1/2 drafter reads) scores every draft
+level against all of the target's LM-head rows: 49,152 for SmolLM2, which costs more than the head's own layers
+on a CPU. Most of those rows are almost never the answer. This writes draft_vocab.safetensors beside the weights
+(core/draft_head.py reads it), the N most frequent ids in the stored training sequences (prompt and answer tokens,
+as the trainer's --draft-vocab counts them); the weights are untouched, so other engines load the folder as before
+and deleting the file restores the full vocabulary. Drafts outside the N ids are lost; the output never changes.
+
+    python -m core.train.prune --head static/heads/smollm2-135m-instruct --shards runs/s3-data/shards --size 16384
+
+The training card (training.json), when present, records the size, the share of counted tokens it covers and the
+shards counted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+
+def shard_token_counts(dirs: list[Path], vocab: int) -> torch.Tensor:
+    """(vocab,) token frequencies over every shard_*.safetensors in `dirs`, reading only the ids (not features)."""
+    from safetensors import safe_open
+
+    counts = torch.zeros(vocab, dtype=torch.long)
+    for d in dirs:
+        paths = sorted(Path(d).glob("shard_*.safetensors"))
+        if not paths:
+            raise ValueError(f"no shard_*.safetensors in {str(d)!r}")
+        for path in paths:
+            with safe_open(str(path), "pt") as f:
+                ids = f.get_tensor("ids").long()
+            if len(ids) and int(ids.max()) >= vocab:
+                raise ValueError(f"{path} holds token ids beyond the head's vocabulary ({vocab:,}): another model's data")
+            counts += torch.bincount(ids, minlength=vocab)
+    return counts
+
+
+def most_frequent(own: torch.Tensor, counts: torch.Tensor, size: int) -> tuple[torch.Tensor, float]:
+    """The `size` ids of `own` (the head's draft vocabulary) that `counts` ranks highest, ties to the lower id,
+    returned sorted; and the share of all counted tokens they cover."""
+    own = own.long().sort().values
+    order = torch.sort(counts[own], descending=True, stable=True).indices[:size]
+    ids = own[order].sort().values
+    return ids, float(counts[ids].sum()) / max(1, int(counts.sum()))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m core.train.prune", description=__doc__.split("\n\n")[0])
+    p.add_argument("--head", required=True, help="an EAGLE-1/2 head folder (config.json + model.safetensors)")
+    p.add_argument("--shards", action="append", required=True, metavar="DIR",
+                   help="a folder of training shards to count (repeatable)")
+    p.add_argument("--size", type=int, required=True, help="tokens to keep")
+    return p.parse_args(argv)
+
+
+def prune(head_dir: Path, shard_dirs: list[Path], size: int) -> dict:
+    """Write head_dir/draft_vocab.safetensors and note it in the card; returns what was written."""
+    from core.draft_head import load_head, write_draft_vocab
+
+    head = load_head(head_dir)
+    own = head.vocab_ids
+    if not 0 < size < len(own):
+        raise ValueError(f"--size must be between 1 and {len(own) - 1:,} (the head drafts over {len(own):,} tokens)")
+    counts = shard_token_counts(shard_dirs, head.config.vocab_size)
+    ids, share = most_frequent(own, counts, size)
+    write_draft_vocab(head_dir, ids)
+    record = {"size": size, "of": len(own), "token_coverage": round(share, 4), "counted_tokens": int(counts.sum()),
+              "shards": [str(d) for d in shard_dirs], "file": "draft_vocab.safetensors"}
+    card = head_dir / "training.json"
+    if card.exists():
+        data = json.loads(card.read_text())
+        data["inference_vocab"] = record
+        card.write_text(json.dumps(data, indent=2) + "\n")
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    try:
+        record = prune(Path(a.head), [Path(d) for d in a.shards], a.size)
+    except Exception as e:  # noqa: BLE001 - bad folders, shards and sizes all end as one line and status 1
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 1
+    print(json.dumps(record))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
