@@ -9,6 +9,11 @@
 # Round 2: the default head's recipe: 1,152 new answers (12 batches of a 1,920-prompt plan, another seed) generated
 #          at batch 96 with 160 new tokens,
 #          round 1's head fine-tuned one epoch on them.
+# Round 3: the default head's current recipe: 60 batches of fresh answers (a 14,000-prompt plan, seed 3) written
+#          first (--data-only), then round 2's head with a second decoder layer appended (--add-layers 1, starting
+#          as exactly round 2's function) fine-tuned one epoch on them. Last, the folder gets an inference
+#          vocabulary (draft_vocab.safetensors: the 16,384 ids the new answers used most), which this playground
+#          drafts over; the weights keep the full vocabulary that vLLM reads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m core.train --model smollm2-135m-instruct --chat --out runs/smollm2-vllm \
@@ -17,7 +22,16 @@ python -m core.train --model smollm2-135m-instruct --chat --out runs/smollm2-vll
   --tokens-per-batch 2048 --draft-vocab 0 --no-fc-bias --eval-questions ../shared/data/mt_bench_questions.jsonl \
   --eval-per-category 10 --eval-max-new 64
 python -m core.train --model smollm2-135m-instruct --chat --out runs/smollm2-r2 \
-  --head-out static/heads/smollm2-135m-instruct --init runs/smollm2-vllm/head --n-prompts 1920 --n-text 0 \
+  --head-out runs/smollm2-r2/head --init runs/smollm2-vllm/head --n-prompts 1920 --n-text 0 \
   --max-shards 12 --batch 96 --max-prompt 320 --new-tokens 160 --sample-share 0.3 --seed 2 --epochs 1 \
   --ttt-steps 2 --lr 1e-3 --p-weight 0.5 --tokens-per-batch 4096 --draft-vocab 0 --no-fc-bias \
   --eval-questions ../shared/data/mt_bench_questions.jsonl --eval-per-category 10 --eval-max-new 64
+python -m core.train --model smollm2-135m-instruct --chat --head-type eagle --out runs/s3-data --data-only \
+  --n-prompts 14000 --n-text 0 --max-shards 60 --batch 96 --max-prompt 320 --new-tokens 160 \
+  --sample-share 0.3 --prefill-share 0.0 --seed 3
+python -m core.train --model smollm2-135m-instruct --chat --head-type eagle --out runs/smollm2-r3 \
+  --head-out static/heads/smollm2-135m-instruct --init runs/smollm2-r2/head --add-layers 1 --skip-data \
+  --extra-shards runs/s3-data/shards --n-prompts 1 --n-text 0 --epochs 1 --ttt-steps 2 --lr 1e-3 --p-weight 0.5 \
+  --tokens-per-batch 4096 --max-len 768 --draft-vocab 0 --no-fc-bias \
+  --eval-questions ../shared/data/mt_bench_questions.jsonl --eval-per-category 10 --eval-max-new 64 --seed 3
+python -m core.train.prune --head static/heads/smollm2-135m-instruct --shards runs/s3-data/shards --size 16384

@@ -84,3 +84,19 @@ def test_sources_range_checks_refuse_bad_values():
 
     assert "--temperature" in check_sources(sources, ["--out", "x.jsonl", "--temperature", "0"])
     assert "--n" in check_sources(sources, ["--out", "x.jsonl", "--n", "0"])
+
+
+PRUNES = [(p.name, argv) for p in RECIPES for argv in commands(p.read_text(encoding="utf-8"), "core.train.prune")]
+PRUNES += [(name, argv) for name, text in DOCS for argv in commands(text, "core.train.prune")]
+
+
+@pytest.mark.parametrize("where,argv", PRUNES, ids=[f"{w}-{i}" for i, (w, _) in enumerate(PRUNES)])
+def test_prune_commands_parse(where, argv):
+    from core.train import prune
+
+    a = prune.parse_args(argv)
+    assert a.size >= 1 and a.shards and a.head, (where, argv)
+
+
+def test_the_shipped_recipes_prune_a_head():
+    assert PRUNES, "the SmolLM2 recipe gives its full-vocabulary head an inference vocabulary"
