@@ -201,7 +201,8 @@ def divergence_record(reference: Outcome, o: Outcome, dtype: torch.dtype | str) 
 
 def draft_vocab_masks(methods: tuple[str, ...], eagle=None, eagle_b=None, medusa=None) -> dict[str, torch.Tensor]:
     """Method -> (V,) bool CPU mask of the target ids its head can draft, for methods whose head drafts over a reduced
-    vocabulary (EAGLE-1/2 `--draft-vocab`, EAGLE-3's d2t); methods drafting over the full vocabulary are absent."""
+    vocabulary (EAGLE-1/2 `--draft-vocab` or a folder's draft_vocab.json, EAGLE-3's d2t); methods drafting over the
+    full vocabulary are absent."""
     decoder = {m: eagle for m in ("eagle2", "eagle2-head", "eagle2-chain", "eagle2-greedy-tree")}
     decoder.update({m: eagle_b for m in B_METHODS}, medusa=medusa)
     out = {}

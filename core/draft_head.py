@@ -8,11 +8,12 @@ distribution of t_{i+2}. Layer 0 has no input_layernorm (the residual is the fc 
 Optional reduced draft vocabulary: `vocab_ids` (sorted target ids) selects rows of the target LM head, so drafting
 over Gemma's 262k vocabulary stays cheap; saved as EAGLE-3's `d2t` offsets (target = draft + d2t[draft]) and `t2d`.
 
-Optional inference vocabulary: a head folder may also hold draft_vocab.safetensors (`ids`: sorted target ids, a
-subset of the head's own draft vocabulary, ranked by frequency in its training data), which this playground drafts
-over instead; the weights stay as trained, so engines that read model.safetensors alone (vLLM's EAGLE-1/2 drafter,
-full vocabulary only) still load the folder unedited. Scoring a feature against 49,152 LM-head rows can cost more
-than the head's layer; a frequent subset (FR-Spec, arXiv 2502.14856) keeps the drafts nearly as good for less.
+Optional inference vocabulary: an EAGLE-1/2 head folder may also hold draft_vocab.json (`ids`: target ids, a subset
+of the head's own draft vocabulary, the most frequent in its training data), which this playground drafts over
+instead. The weights stay as trained and the file is JSON, not safetensors (vLLM reads every *.safetensors file of a
+folder and refuses unknown names), so engines load the folder as before. Scoring a feature against 49,152 LM-head
+rows can cost more than the head's layers; a frequent subset (FR-Spec, arXiv 2502.14856) keeps the drafts nearly as
+good for less. save_head removes a stale one: new weights, new counts.
 
 Checkpoint layout = the official EAGLE-1/2 one (config.json Llama-style + model.safetensors with `fc.weight`,
 `fc.bias`, `layers.0.self_attn.*`, `layers.0.mlp.*`, `layers.0.post_attention_layernorm.weight`).
@@ -28,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+DRAFT_VOCAB_FILE = "draft_vocab.json"  # a folder's optional inference vocabulary (see the module docstring)
 
 @dataclass(frozen=True)
 class HeadConfig:
@@ -192,7 +194,7 @@ class EagleHead(nn.Module):
         ids = vocab_ids if vocab_ids is not None else torch.arange(c.draft_vocab_size or c.vocab_size)
         self.register_buffer("vocab_ids", ids.long().sort().values, persistent=False)  # (Vd,) sorted target ids
         self.trained = False  # set by load_head; an untrained head is still lossless, just slow
-        self.inference_vocab: torch.Tensor | None = None  # set by load_head from draft_vocab.safetensors
+        self.inference_vocab: torch.Tensor | None = None  # set by load_head from the folder's draft_vocab.json
 
     def forward(self, embeds, features, pos, past_kv=None, mask=None):
         """embeds, features: (B, T, H) -> predicted features (B, T, H) and this call's (k, v) for the cache.
@@ -263,30 +265,29 @@ def save_head(head: EagleHead, out_dir: str | Path, dtype: torch.dtype = torch.b
         sd["t2d"] = head.t2d().cpu().contiguous()
     save_file({k: v.cpu() for k, v in sd.items()}, str(out / "model.safetensors"))
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    (out / DRAFT_VOCAB_FILE).unlink(missing_ok=True)  # chosen for the weights this replaces
 
 
-DRAFT_VOCAB_FILE = "draft_vocab.safetensors"
-
-
-def write_draft_vocab(out_dir: str | Path, ids: torch.Tensor) -> None:
-    """Write the folder's inference vocabulary (`ids`: target ids, stored sorted) beside its weights."""
-    from safetensors.torch import save_file
-
-    save_file({"ids": ids.long().cpu().sort().values.contiguous()}, str(Path(out_dir) / DRAFT_VOCAB_FILE))
+def write_draft_vocab(out_dir: str | Path, ids: torch.Tensor, record: dict | None = None) -> None:
+    """Write the folder's inference vocabulary (`ids`: target ids, stored sorted) beside its weights; `record`
+    (how it was chosen) is kept beside the ids for people."""
+    body = {**(record or {}), "ids": ids.long().cpu().sort().values.tolist()}
+    (Path(out_dir) / DRAFT_VOCAB_FILE).write_text(json.dumps(body, separators=(",", ":")) + "\n")
 
 
 def read_draft_vocab(folder: str | Path, own: torch.Tensor) -> torch.Tensor | None:
     """The folder's inference vocabulary (sorted (N,) target ids), or None when it has none. ValueError unless it
-    is a non-empty set of distinct ids inside the head's own draft vocabulary `own`."""
+    is a non-empty list of distinct integer ids inside the head's own draft vocabulary `own`."""
     path = Path(folder) / DRAFT_VOCAB_FILE
     if not path.exists():
         return None
-    from safetensors.torch import load_file
-
-    ids = load_file(str(path)).get("ids")
-    if ids is None or ids.dim() != 1 or not len(ids) or ids.is_floating_point():
-        raise ValueError(f"{path}: expected a non-empty 1-D integer tensor 'ids'")
-    ids = ids.long().sort().values
+    try:
+        raw = json.loads(path.read_text()).get("ids")
+    except (json.JSONDecodeError, AttributeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a JSON object with 'ids' ({type(e).__name__})") from None
+    if not isinstance(raw, list) or not raw or not all(type(i) is int for i in raw):
+        raise ValueError(f"{path}: 'ids' must be a non-empty list of integer token ids")
+    ids = torch.tensor(raw, dtype=torch.long).sort().values
     if bool((ids[1:] == ids[:-1]).any()):
         raise ValueError(f"{path}: token ids repeat")
     if not bool(torch.isin(ids, own.cpu()).all()):
@@ -299,8 +300,10 @@ def layer_count(names) -> int:
     return 1 + max((int(k.split(".")[1]) for k in names if k.startswith("layers.")), default=-1)
 
 
-def load_head(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> EagleHead:
-    """Read a head folder: model.safetensors preferred, pytorch_model.bin via torch.load(weights_only=True)."""
+def load_head(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+              inference_vocab: bool = True) -> EagleHead:
+    """Read a head folder: model.safetensors preferred, pytorch_model.bin via torch.load(weights_only=True), and its
+    draft_vocab.json unless `inference_vocab` is False (the head as trained, e.g. to compare with another engine)."""
     p = Path(path)
     if not (p / "config.json").exists():
         raise ValueError(f"head folder {str(p)!r} has no config.json")
@@ -336,7 +339,7 @@ def load_head(path: str | Path, dtype: torch.dtype = torch.float32, device: str 
     if missing or unexpected:
         raise ValueError(f"head {p}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}")
     head.trained = True
-    head.inference_vocab = read_draft_vocab(p, head.vocab_ids)
+    head.inference_vocab = read_draft_vocab(p, head.vocab_ids) if inference_vocab else None
     return head.to(device=device, dtype=dtype).eval()
 
 

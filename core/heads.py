@@ -99,7 +99,7 @@ def describe_head(head: nn.Module) -> str:
     if kind == "eagle":
         n = len(head.layers)
         parts = [f"{n} layer{'s' if n > 1 else ''}", size, f"draft vocabulary {len(head.vocab_ids):,}"]
-        if head.inference_vocab is not None:  # the folder's draft_vocab.safetensors (core/draft_head.py)
+        if head.inference_vocab is not None:  # the folder's draft_vocab.json (core/draft_head.py)
             parts[-1] = f"drafts over {len(head.inference_vocab):,} of its {len(head.vocab_ids):,}-token vocabulary"
     elif kind == "eagle3":
         parts = [size, f"draft vocabulary {head.lm_head.out_features:,}"]

@@ -99,8 +99,10 @@ def run_ours(model: str, head: str, questions: str, n: int, k: int, max_new: int
     from core.pipeline import encode_prompt
 
     target, tok = load_target(model, dtype="fp32")
-    drafter = make_drafter(load_any_head(head), target)
-    decoder = Eagle2Decoder(target, drafter)
+    loaded = load_any_head(head)
+    if getattr(loaded, "inference_vocab", None) is not None:
+        loaded.inference_vocab = None  # vLLM drafts over every row of the head's vocabulary: compare like for like
+    decoder = Eagle2Decoder(target, make_drafter(loaded, target))
     rows = read_questions(questions)[:n]
     prompts = [encode_prompt(tok, r["turns"][0], "chat" if tok.chat_template else "raw") for r in rows]
     cfg = DecodeConfig(max_new_tokens=max_new, sampling=SamplingConfig(), tree=TreeConfig(k + 1, k, 1, 0),

@@ -12,8 +12,8 @@
 # Round 3: the default head's current recipe: 60 batches of fresh answers (a 14,000-prompt plan, seed 3) written
 #          first (--data-only), then round 2's head with a second decoder layer appended (--add-layers 1, starting
 #          as exactly round 2's function) fine-tuned one epoch on them. Last, the folder gets an inference
-#          vocabulary (draft_vocab.safetensors: the 16,384 ids the new answers used most), which this playground
-#          drafts over; the weights keep the full vocabulary that vLLM reads.
+#          vocabulary (draft_vocab.json: the 16,384 ids the data used most), which this playground drafts over;
+#          the weights keep the full vocabulary and no fc.bias (vLLM's layout; two layers are untested there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m core.train --model smollm2-135m-instruct --chat --out runs/smollm2-vllm \

@@ -2,10 +2,11 @@
 
 A head trained over the target's full vocabulary (the layout vLLM's EAGLE-1/2 drafter reads) scores every draft
 level against all of the target's LM-head rows: 49,152 for SmolLM2, which costs more than the head's own layers
-on a CPU. Most of those rows are almost never the answer. This writes draft_vocab.safetensors beside the weights
-(core/draft_head.py reads it), the N most frequent ids in the stored training sequences (prompt and answer tokens,
-as the trainer's --draft-vocab counts them); the weights are untouched, so other engines load the folder as before
-and deleting the file restores the full vocabulary. Drafts outside the N ids are lost; the output never changes.
+on a CPU. Most of those rows are almost never the answer. This writes draft_vocab.json beside the weights
+(core/draft_head.py reads it for EAGLE-1/2 heads), the N most frequent ids in the stored training sequences (prompt
+and answer tokens, as the trainer's --draft-vocab counts them); the weights are untouched, so other engines load the
+folder as before, and deleting the file restores the full vocabulary. Drafts outside the N ids are lost; the output
+never changes. Rerunning replaces the file.
 
     python -m core.train.prune --head static/heads/smollm2-135m-instruct --shards runs/s3-data/shards --size 16384
 
@@ -50,6 +51,7 @@ def most_frequent(own: torch.Tensor, counts: torch.Tensor, size: int) -> tuple[t
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """--head DIR, one or more --shards DIR, --size N (argparse: usage errors exit 2 with its message)."""
     p = argparse.ArgumentParser(prog="python -m core.train.prune", description=__doc__.split("\n\n")[0])
     p.add_argument("--head", required=True, help="an EAGLE-1/2 head folder (config.json + model.safetensors)")
     p.add_argument("--shards", action="append", required=True, metavar="DIR",
@@ -59,18 +61,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def prune(head_dir: Path, shard_dirs: list[Path], size: int) -> dict:
-    """Write head_dir/draft_vocab.safetensors and note it in the card; returns what was written."""
-    from core.draft_head import load_head, write_draft_vocab
+    """Write head_dir/draft_vocab.json and note it in the card; returns what was written (without the ids)."""
+    from core.draft_head import DRAFT_VOCAB_FILE, load_head, write_draft_vocab
 
-    head = load_head(head_dir)
+    head = load_head(head_dir, inference_vocab=False)  # the head as trained, whatever an earlier run wrote
     own = head.vocab_ids
     if not 0 < size < len(own):
         raise ValueError(f"--size must be between 1 and {len(own) - 1:,} (the head drafts over {len(own):,} tokens)")
     counts = shard_token_counts(shard_dirs, head.config.vocab_size)
     ids, share = most_frequent(own, counts, size)
-    write_draft_vocab(head_dir, ids)
     record = {"size": size, "of": len(own), "token_coverage": round(share, 4), "counted_tokens": int(counts.sum()),
-              "shards": [str(d) for d in shard_dirs], "file": "draft_vocab.safetensors"}
+              "shards": [str(d) for d in shard_dirs]}
+    write_draft_vocab(head_dir, ids, record)
+    record["file"] = DRAFT_VOCAB_FILE
     card = head_dir / "training.json"
     if card.exists():
         data = json.loads(card.read_text())
