@@ -3,7 +3,9 @@
     python -m core.generate --prompt "The capital of France is" --method eagle2 --max-new-tokens 64 [--json]
 
 Prints the text then a one-line summary, or with --json one JSON object: method, model, head (null for baseline),
-prompt_tokens, token_ids (generated only), text, stats (RunStats fields + note). Bad input exits with status 2 and
+prompt_mode, prompt_tokens, token_ids (generated only), text, stats (RunStats fields + note). As in the app, a model
+whose tokenizer has a chat template (the SmolLM2 and Qwen2.5-Coder presets) gets the prompt as one user turn
+(--prompt-mode auto); the base Gemma 3 270M takes raw text. Bad input exits with status 2 and
 one line on stderr, no traceback. Arguments are validated before torch and transformers are imported, so typos fail
 fast.
 """
@@ -33,6 +35,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="EAGLE-1/2 head folder; default static/heads/gemma-3-270m for the default model if present, "
                         "else a freshly initialised (untrained) head")
     p.add_argument("--method", choices=["baseline", "eagle2"], default="eagle2")
+    p.add_argument("--prompt-mode", choices=["auto", "raw", "chat"], default="auto",
+                   help="chat: one user turn of the model's chat template; raw: the text as is; auto (default): chat "
+                        "when the tokenizer has a template")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
@@ -69,7 +74,8 @@ def generate(args: argparse.Namespace) -> dict:
 
     target, tokenizer, baseline, eagle = pipeline.build_decoders(
         args.model, args.head, args.device, args.dtype, trust_remote_code=getattr(args, "trust_remote_code", False))
-    prompt_ids = pipeline.encode(tokenizer, args.prompt)
+    mode = getattr(args, "prompt_mode", "auto")
+    prompt_ids = pipeline.encode_prompt(tokenizer, args.prompt, mode)
     pipeline.check_prompt_fits(target, prompt_ids, cfg)
     decoder = eagle if args.method == "eagle2" else baseline
     events = list(decoder.generate(prompt_ids, cfg))
@@ -81,6 +87,7 @@ def generate(args: argparse.Namespace) -> dict:
         "method": args.method,
         "model": target.name,
         "head": None if args.method == "baseline" else str(head) if head else UNTRAINED,
+        "prompt_mode": pipeline.prompt_mode(tokenizer, mode),
         "prompt_tokens": len(prompt_ids),
         "token_ids": ids,
         "text": pipeline.decode(tokenizer, ids),

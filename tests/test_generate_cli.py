@@ -74,6 +74,7 @@ def test_cli_json_baseline_and_eagle2_agree(folders):
         assert r["stats"]["new_tokens"] == len(r["token_ids"]) == N_NEW
         assert r["text"] == word_tokenizer().decode(r["token_ids"], skip_special_tokens=True)
         assert r["prompt_tokens"] == 13  # BOS + 12 words
+        assert r["prompt_mode"] == "raw"  # auto: the word tokenizer has no chat template
     assert (b["method"], e["method"]) == ("baseline", "eagle2")
     assert e["token_ids"] == b["token_ids"]
     assert b["stats"]["tau"] == 1.0 and b["stats"]["target_forwards"] == N_NEW
@@ -147,3 +148,24 @@ def test_cli_bad_arguments(folders, case, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc not in (0, None)
     assert len(err) == 1 and err[0].startswith("error: "), err
+
+
+def test_cli_chat_mode_wraps_the_prompt_as_a_user_turn(folders, capsys, tmp_path):
+    """A tokenizer with a chat template gets the prompt as one user turn under auto (as the app does); raw skips it;
+    chat without a template is one line and status 2."""
+    model = tmp_path / "chat_model"
+    tiny_model("llama").save_pretrained(model)
+    tok = word_tokenizer()
+    tok.chat_template = "{% for m in messages %}w100 {{ m['content'] }} w101 {% endfor %}w102"
+    tok.save_pretrained(model)
+    args = ["--model", str(model), "--prompt", PROMPT, "--method", "baseline", "--max-new-tokens", "4",
+            "--dtype", "fp32", "--device", "cpu", "--json"]
+    assert main(args) == 0
+    auto = json.loads(capsys.readouterr().out)
+    assert auto["prompt_mode"] == "chat", auto
+    assert auto["prompt_tokens"] == 12 + 3, auto  # w100, the 12 words, w101 w102 (the template adds no BOS)
+    assert main(args + ["--prompt-mode", "raw"]) == 0
+    raw = json.loads(capsys.readouterr().out)
+    assert raw["prompt_mode"] == "raw" and raw["prompt_tokens"] == 13
+    assert main(base_args(folders, "baseline", "--prompt-mode", "chat")) == 2
+    assert "chat_template" in capsys.readouterr().err
