@@ -31,6 +31,7 @@ from torch import nn
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"  # a folder's optional inference vocabulary (see the module docstring)
 
+
 @dataclass(frozen=True)
 class HeadConfig:
     hidden_size: int
