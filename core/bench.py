@@ -58,7 +58,7 @@ from core.timing import now
 from core.bench_questions import BenchError, read_questions, select_questions  # noqa: F401  (re-exported)
 from core.bench_runners import (  # noqa: F401  (re-exported: tests and scripts import them from here)
     PLD_TOKENS, Digest, Outcome, Runner, Scorer, chain_tree, core_runner, hf_generation_config, hf_runner, hf_scorer,
-    make_runners, make_scorers, timed, trim_at_eos,
+    make_runners, make_scorers, timed, trim_at_eos, uses_run_tree,
 )
 
 METHODS = ("hf", "hf-pld", "baseline", "eagle2", "eagle2-head", "eagle2-chain", "lookup", "eagle2-head-b",
@@ -162,15 +162,6 @@ def load_stack(model: str | None, head: str | None, device: str | None, dtype: s
     """(target, tokenizer, baseline, eagle, loader name) from core.pipeline.build_decoders, as the app loads them."""
     return (*pipeline.build_decoders(model, head, device, dtype, trust_remote_code=trust_remote_code),
             "core.pipeline.build_decoders")
-
-
-def uses_run_tree(plan: Plan) -> bool:
-    """Whether any method drafts with the run's tree (--tree): eagle2 and the chains always, the head-alone methods
-    when no --head-tree is given. Only then does `--tree auto` need its calibration (about a minute on a CPU)."""
-    users = {"eagle2", "eagle2-chain", "eagle2-chain-b"}
-    if plan.head_tree is None:
-        users |= {"eagle2-head", "eagle2-head-b", "medusa"}
-    return bool(users & set(plan.methods))
 
 
 def resolve_tree(given: TreeConfig | None, eagle, prompt_ids: list[int],

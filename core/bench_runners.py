@@ -135,6 +135,19 @@ def chain_tree(tree: TreeConfig) -> TreeConfig:
     return TreeConfig(total_tokens=depth + 1, depth=depth, top_k=1, lookup=0)
 
 
+# Which tree each drafting method drafts with: the run's (--tree) always, or the head-alone tree (--head-tree when
+# given, else the run's). make_runners below builds the same split; eagle2-greedy-tree and lookup plan their own.
+RUN_TREE_METHODS = frozenset({"eagle2", "eagle2-chain", "eagle2-chain-b"})
+HEAD_TREE_METHODS = frozenset({"eagle2-head", "eagle2-head-b", "medusa"})
+
+
+def uses_run_tree(plan: Plan) -> bool:
+    """Whether any method drafts with the run's tree (--tree): eagle2 and the chains always, the head-alone methods
+    when no --head-tree is given. Only then does `--tree auto` need its calibration (about a minute on a CPU)."""
+    users = RUN_TREE_METHODS | (HEAD_TREE_METHODS if plan.head_tree is None else frozenset())
+    return bool(users & set(plan.methods))
+
+
 def make_runners(plan: Plan, target, tok, baseline, eagle, tree: TreeConfig,
                  eagle_b=None, greedy_tree: TreeConfig | None = None, medusa=None) -> dict[str, tuple[Runner, Digest]]:
     """Method name -> (timed runner, digest). `eagle_b`: the decoder over --head-b, for the *-b methods;
