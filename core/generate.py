@@ -32,8 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompt", required=True, help="prompt text (encoded with the model's tokenizer, BOS added)")
     p.add_argument("--model", default=None, help="'gemma-3-270m' (default, packaged), a local folder, or a hub id")
     p.add_argument("--head", default=None,
-                   help="EAGLE-1/2 head folder; default static/heads/gemma-3-270m for the default model if present, "
-                        "else a freshly initialised (untrained) head")
+                   help="EAGLE-1/2 or EAGLE-3 head folder; default: the head the model's preset names (static/heads/ "
+                        "for the default model and the offline presets), else a freshly initialised (untrained) head")
     p.add_argument("--method", choices=["baseline", "eagle2"], default="eagle2")
     p.add_argument("--prompt-mode", choices=["auto", "raw", "chat"], default="auto",
                    help="chat: one user turn of the model's chat template; raw: the text as is; auto (default): chat "
