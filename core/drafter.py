@@ -14,6 +14,7 @@ it scores t_{i+2}.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -25,6 +26,9 @@ from core.draft_head import EagleHead
 from core.eagle3_head import Eagle3Head
 from core.models import TargetModel
 from core.tree import top_frontier
+
+
+DRAFT_ROWS = (1, 8)  # row counts the head's layer route is timed at: one accepted token, a draft level's frontier
 
 
 @dataclass
@@ -108,9 +112,19 @@ class EagleDrafter:
         full = len(ids) == target.vocab_size and bool((ids.cpu() == torch.arange(len(ids))).all())
         self.vocab_ids = None if full else ids.to(target.device)
         self.w_draft = self._draft_rows(full)  # (Vd, H)
+        # CPU: the head's layers and draft rows in oneDNN's packed layout (core/kernels.py), kept where timed faster
+        self.packed = kernels.PackedWeights()
+        self.packed.add_linears(self.head)
+        shared = self.w_draft is target.lm_head_weight  # the full vocabulary: the target's own head and timing
+        self.rows_packed = target.packed if shared else self.packed
+        if not shared:
+            self.packed.add(self.w_draft)
         # each draft level multiplies top_k rows by w_draft: its kernel is timed here, as the target's is
-        self.head_kernel = target.head_kernel if self.w_draft is target.lm_head_weight \
-            else kernels.head_kernel(self.w_draft)
+        self.head_kernel = target.head_kernel if shared else kernels.head_kernel(self.w_draft, packed=self.packed)
+        # and runs the head's layers on top_k rows: through the packed weights at the row counts timed faster
+        self.onednn_rows = self._time_layers()
+        rows_kept = self.head_kernel == "onednn"
+        self.packed.discard(keep=lambda w: (rows_kept if w is self.w_draft else bool(self.onednn_rows)))
 
     @property
     def trained(self) -> bool:
@@ -122,7 +136,31 @@ class EagleDrafter:
 
     def _logits(self, feats: torch.Tensor) -> torch.Tensor:
         """(R, H) predicted features -> (R, Vd) logits over the draft vocabulary (the target's LM head rows)."""
-        return kernels.head_product(self.w_draft, feats, self.head_kernel)
+        return kernels.head_product(self.w_draft, feats, self.head_kernel, self.rows_packed)
+
+    @torch.inference_mode()
+    def _time_layers(self, context: int = 64) -> frozenset[int]:
+        """`kernels.body_choice` for the head's layers: one draft pass of each DRAFT_ROWS count after a `context`-
+        entry draft cache, plain against routed through the packed weights; empty when none are packed."""
+        if not any(self.packed.get(m.weight) is not None for m in self.head.modules()
+                   if isinstance(m, torch.nn.Linear)):
+            return frozenset()
+        tgt, n = self.target, context + max(DRAFT_ROWS)
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, min(1000, tgt.vocab_size), (1, n), generator=gen).to(tgt.device)  # (1, n)
+        feats = torch.randn(1, n, tgt.hidden_size, generator=gen).to(device=tgt.device, dtype=tgt.dtype)  # (1, n, H)
+        emb = tgt.embed(ids)
+        _, past = self.head(emb[:, :context], feats[:, :context], torch.arange(context, device=tgt.device))
+
+        def forward(m: int, routed: bool) -> None:
+            with kernels.OneDNNLinear(self.packed) if routed else contextlib.nullcontext():
+                self.head(emb[:, context:context + m], feats[:, context:context + m],
+                          torch.full((m,), context, device=tgt.device), past)
+        return kernels.body_choice(forward, DRAFT_ROWS)
+
+    def _route(self, rows: int):
+        """The context the head's layers run `rows` rows in (the packed oneDNN route where timed faster)."""
+        return kernels.linear_route(rows, self.onednn_rows, self.packed, DRAFT_ROWS)
 
     @staticmethod
     def check(head, target: TargetModel) -> None:
@@ -136,7 +174,7 @@ class EagleDrafter:
         """Append real pairs: features (1, n, H) (EAGLE-3: (1, n, 3H) taps), next_ids (1, n); one head pass."""
         n = next_ids.shape[1]
         pos = torch.arange(st.length, st.length + n, device=features.device)
-        with kernels.linear_route(n, self.target.onednn_rows):  # the head's layer has the target's layer shapes
+        with self._route(n):
             out, kv = self.head(self.target.embed(next_ids), features, pos, st.kv)
         st.kv = kv if st.kv is None else (torch.cat([st.kv[0], kv[0]], 2), torch.cat([st.kv[1], kv[1]], 2))
         st.length += n
@@ -173,7 +211,7 @@ class EagleDrafter:
                 vis[i, c] = True
             mask = torch.cat([torch.ones(len(frontier), st.length, dtype=torch.bool, device=vis.device), vis], 1)
             past = self._past(st, tmp_k, tmp_v)
-            with kernels.linear_route(len(frontier), self.target.onednn_rows):
+            with self._route(len(frontier)):
                 out, (kk, vv) = self.head(self.target.embed(ids), frontier_feat[None], pos, past, mask[None, None])
             pool.forwards += 1
             tmp_k.append(kk)
@@ -213,7 +251,7 @@ class Eagle3Drafter(EagleDrafter):
 
     def _logits(self, feats: torch.Tensor) -> torch.Tensor:
         """(R, H) pre-norm head outputs -> (R, Vd): the head's draft_logits, its LM head in the timed orientation."""
-        return kernels.head_product(self.w_draft, self.head.norm(feats), self.head_kernel)
+        return kernels.head_product(self.w_draft, self.head.norm(feats), self.head_kernel, self.rows_packed)
 
     @staticmethod
     def check(head, target: TargetModel) -> None:

@@ -98,7 +98,11 @@ class MedusaDrafter:
         self.target = target
         self.vocab_ids = self.head.vocab_ids.to(target.device)
         self.w_draft = target.lm_head_weight[self.vocab_ids]  # (Vd, H)
-        self.head_kernel = kernels.head_kernel(self.w_draft)  # timed on this machine (core/kernels.py)
+        self.packed = kernels.PackedWeights()  # CPU: the draft rows in oneDNN's packed layout (core/kernels.py)
+        self.packed.add(self.w_draft)
+        self.head_kernel = kernels.head_kernel(self.w_draft, packed=self.packed)  # timed on this machine
+        if self.head_kernel != "onednn":
+            self.packed.discard()
 
     @property
     def trained(self) -> bool:
@@ -115,7 +119,7 @@ class MedusaDrafter:
     def propose(self, st: MedusaState, root_token: int, tree: TreeConfig) -> DraftPool:
         k = min(tree.top_k, len(self.w_draft))
         out = self.head(st.feat)  # (K, H)
-        logits = kernels.head_product(self.w_draft, out, self.head_kernel)  # (K, Vd)
+        logits = kernels.head_product(self.w_draft, out, self.head_kernel, self.packed)  # (K, Vd)
         logp = torch.log_softmax(logits.float(), dim=-1)
         vals, idx = torch.topk(logp, k, dim=-1)  # (K, k)
         vals, toks = vals.tolist(), self.vocab_ids[idx].tolist()

@@ -44,11 +44,18 @@ class TargetModel:
         eos = eos if eos is not None else cfg.eos_token_id
         self.eos_ids: frozenset[int] = frozenset(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
         self.max_positions: int = int(getattr(cfg, "max_position_embeddings", 8192) or 8192)
+        # CPU: the body's linear weights and the LM head in oneDNN's packed layout (core/kernels.py PackedWeights),
+        # timed below against the plain products; the copies the timing did not pick are dropped
+        self.packed = kernels.PackedWeights()
+        self.packed.add_linears(self.decoder)
+        self.packed.add(self.lm_head_weight)
         # CPU: which LM-head product is fastest on this machine, and whether a verify computes only visited rows
         self.head_kernel, self.lazy_rows = self._time_lm_head()
         # CPU: the row counts at which a forward ran faster with its linear layers through oneDNN (core/kernels.py)
         self.onednn_rows: frozenset[int] = frozenset()  # empty while _time_body's own forwards run
         self.onednn_rows = self._time_body()
+        head_w, head_kept = self.lm_head_weight, self.head_kernel == "onednn"
+        self.packed.discard(keep=lambda w: head_kept if w is head_w else bool(self.onednn_rows))
         self.dtype_timing: dict[str, float] | None = None  # set by load_target when it timed bf16 against fp32
 
     def _time_lm_head(self) -> tuple[str, bool]:
@@ -58,7 +65,7 @@ class TargetModel:
         tree verify should compute only the rows acceptance visits (core/tree_logits.py). The kernels' speed
         depends on the processor, so neither is assumed."""
         head = self.model.get_output_embeddings()
-        return kernels.head_choice(head.weight, getattr(head, "bias", None))
+        return kernels.head_choice(head.weight, getattr(head, "bias", None), packed=self.packed)
 
     def _time_body(self, prefix: int = 32) -> frozenset[int]:
         """`kernels.body_choice` for this target: whole forwards of 1 to 64 new tokens after a `prefix`-token
@@ -72,7 +79,7 @@ class TargetModel:
         self.forward(ids[:, :prefix], cache)
 
         def forward(m: int, routed: bool) -> None:
-            with kernels.OneDNNLinear() if routed else contextlib.nullcontext():
+            with kernels.OneDNNLinear(self.packed) if routed else contextlib.nullcontext():
                 self.forward(ids[:, prefix:prefix + m], cache)  # onednn_rows is empty while timing: no own route
             kv_cache.crop(cache, prefix)
 
@@ -114,7 +121,7 @@ class TargetModel:
         """
         head = self.model.get_output_embeddings()
         kernel = self.head_kernel
-        out = head(hidden) if kernel == "linear" else kernels.head_product(head.weight, hidden, kernel)
+        out = head(hidden) if kernel == "linear" else kernels.head_product(head.weight, hidden, kernel, self.packed)
         if self.softcap:
             out = torch.tanh(out / self.softcap) * self.softcap
         return out
@@ -150,7 +157,7 @@ class TargetModel:
             pos = prefix + torch.tensor(depths, device=dev)
             anc = anc.to(dev)
         masks = self._masks(pos, prefix, anc)
-        with kernels.linear_route(t, self.onednn_rows):  # the body's products through the kernel timed faster here
+        with kernels.linear_route(t, self.onednn_rows, self.packed):  # the body's products as timed faster here
             out = self.decoder(
                 input_ids=ids,
                 position_ids=pos.unsqueeze(0),

@@ -201,3 +201,92 @@ def test_the_body_route_keeps_eagle_equal_to_the_baseline(kind, won):
     ref, _ = run(BaselineDecoder(tgt), PROMPT, cfg)
     got, events = run(Eagle2Decoder(tgt, tiny_drafter("eagle", tgt)), PROMPT, cfg)
     assert got == ref and any(len(e.tree) > 1 for e in events)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_packed_weight_computes_linear_and_belongs_to_its_tensor(dtype):
+    """A packed copy gives linear()'s values (bias included, any row count, through head_product and the function
+    mode); it is found for its own tensor only, never for an equal one; fp16 and tensors that are not 2-D stay
+    plain; discard keeps what it is told to."""
+    if not kernels.packing_works(dtype):
+        pytest.fail(f"this torch build cannot pack a {dtype} weight for oneDNN: no packed route would be taken")
+    gen = torch.Generator().manual_seed(0)
+    w, b = torch.randn(300, 24, generator=gen).to(dtype), torch.randn(300, generator=gen).to(dtype)
+    other = w.clone()
+    packed = kernels.PackedWeights()
+    assert packed.add(w) and len(packed) == 1 and packed.get(w).is_mkldnn
+    assert packed.get(other) is None and not packed.add(w.half()) and not packed.add(b)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    with torch.inference_mode():
+        for shape in ((24,), (1, 24), (7, 24), (2, 5, 24)):
+            h = torch.randn(*shape, generator=gen).to(dtype)
+            torch.testing.assert_close(kernels.head_product(w, h, "onednn", packed), F.linear(h, w), **tol)
+            with kernels.OneDNNLinear(packed):
+                got = F.linear(h, w, b)
+            torch.testing.assert_close(got, F.linear(h, w, b), **tol)
+    packed.add(other)
+    packed.discard(keep=lambda t: t is other)
+    assert packed.get(w) is None and packed.get(other) is not None and len(packed) == 1
+    packed.discard()
+    assert len(packed) == 0
+
+
+def test_the_function_mode_reads_the_packed_copy():
+    """Inside OneDNNLinear(packed) a packed weight's product runs on its packed copy and any other weight on itself."""
+    gen = torch.Generator().manual_seed(0)
+    x, w, plain = torch.randn(3, 8, generator=gen), torch.randn(16, 8, generator=gen), torch.randn(4, 8, generator=gen)
+    packed = kernels.PackedWeights()
+    packed.add(w)
+    seen = []
+    real = kernels._onednn_linear
+
+    def spy(h, weight, bias=None):
+        seen.append(weight.is_mkldnn)
+        return real(h, weight, bias)
+
+    kernels._onednn_linear = spy
+    try:
+        with torch.inference_mode(), kernels.OneDNNLinear(packed):
+            F.linear(x, w), F.linear(x, plain)
+    finally:
+        kernels._onednn_linear = real
+    assert seen == [True, False]
+
+
+@pytest.mark.parametrize("head_wins,body_wins", [(True, True), (False, False), (True, False)])
+def test_a_target_keeps_only_the_packed_copies_its_timing_picked(monkeypatch, head_wins, body_wins):
+    """The LM head's packed copy stays only where the oneDNN product was timed fastest, the body's only where some
+    forward ran faster routed: a copy costs its weight's memory."""
+    monkeypatch.setattr(kernels, "time_head_kernels", lambda w, rounds=5, packed=None: {
+        k: {1: 1.0, 8: 1.5} if (k == "onednn") == head_wins else {1: 5.0, 8: 9.0} for k in kernels.head_candidates(w)})
+    monkeypatch.setattr(kernels, "body_choice", lambda forward, sizes=kernels.BODY_ROWS, rounds=2:
+                        frozenset(sizes) if body_wins else frozenset())
+    tgt = models.TargetModel(tiny_model("llama"), name="tiny")
+    assert (tgt.head_kernel == "onednn") is head_wins
+    assert (tgt.packed.get(tgt.lm_head_weight) is not None) is head_wins
+    body = [m.weight for m in tgt.decoder.modules() if isinstance(m, torch.nn.Linear)]
+    assert body and all((tgt.packed.get(w) is not None) is body_wins for w in body)
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma3"])
+@pytest.mark.parametrize("drafter_kind", ["eagle", "eagle3", "medusa"])
+def test_packed_weights_keep_eagle_equal_to_the_baseline(monkeypatch, kind, drafter_kind):
+    """fp32: with every product on packed weights (the target's body and LM head, the drafter's layers and rows)
+    EAGLE-2 still equals the baseline token for token, and the drafter holds packed copies of its own."""
+    from conftest import PROMPT, run, tiny_drafter, tiny_target
+    from core.baseline import BaselineDecoder
+    from core.config import DecodeConfig, TreeConfig
+    from core.eagle import Eagle2Decoder
+
+    monkeypatch.setattr(kernels, "time_head_kernels", lambda w, rounds=5, packed=None: {
+        k: {1: 1.0, 8: 1.5} if k == "onednn" else {1: 5.0, 8: 9.0} for k in kernels.head_candidates(w)})
+    monkeypatch.setattr(kernels, "body_choice", lambda forward, sizes=kernels.BODY_ROWS, rounds=2: frozenset(sizes))
+    cfg = DecodeConfig(max_new_tokens=40, tree=TreeConfig(total_tokens=12, depth=4, top_k=4, lookup=4))
+    tgt = tiny_target(kind)
+    dr = tiny_drafter(drafter_kind, tgt, torch.arange(0, tgt.vocab_size, 2))
+    assert tgt.head_kernel == dr.head_kernel == "onednn" and len(tgt.packed) > 1 and dr.packed.get(dr.w_draft) is not None
+    if drafter_kind != "medusa":
+        assert dr.onednn_rows and len(dr.packed) > 1  # its layers too
+    ref, _ = run(BaselineDecoder(tgt), PROMPT, cfg)
+    got, events = run(Eagle2Decoder(tgt, dr), PROMPT, cfg)
+    assert got == ref and any(len(e.tree) > 1 for e in events)

@@ -72,7 +72,7 @@ def test_lazy_rows_only_where_one_row_costs_under_half_of_eight(monkeypatch, tim
     assert kernels.rows_are_cheap(times) is lazy
     # linear() is fastest at both row counts; its own 1-row against 8-row cost decides laziness
     monkeypatch.setattr(kernels, "time_head_kernels",
-                        lambda w, rounds=5: {k: (dict(times) if k == "linear" else {1: 999.0, 8: 999.0})
+                        lambda w, rounds=5, packed=None: {k: (dict(times) if k == "linear" else {1: 999.0, 8: 999.0})
                                              for k in kernels.head_candidates(w)})
     tgt = TargetModel(copy.deepcopy(tiny_model("llama")), name="fp32")
     assert tgt.head_kernel == "linear" and tgt.lazy_rows is lazy
