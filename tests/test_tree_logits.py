@@ -134,5 +134,9 @@ def test_the_ab_script_forces_one_switch_each_way_on_the_same_model(tmp_path, ca
     assert ab.main(["body-route", "--values", "all,off", "--tree", "6,3,2,0", *common]) == 0
     out = capsys.readouterr().out
     assert out.count("body-route=all") == 1 and "identical outputs across values: True" in out
+    assert ab.main(["packing", "--values", "on,off", "--tree", "6,3,2,0", "--baseline", *common]) == 0
+    out = capsys.readouterr().out
+    assert out.count("packing=on") == 2 and out.count("packing=off") == 2 and "without packing:" in out
+    assert "identical outputs across values: True" in out
     assert ab.main(["lazy-rows", "--values", "maybe", *common]) == 2
     assert capsys.readouterr().err.strip() == "error: lazy-rows takes on, off"
