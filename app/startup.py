@@ -47,10 +47,12 @@ def compare_decoders(target, medusa_head: str | Path | None = None) -> dict:
 def dtype_note(target, short: bool = False) -> str:
     """"fp32" or, when load_target timed bf16 against fp32 on this CPU, "fp32; timed here: bf16 837 ms, fp32 291 ms
     per step + verify" (a one-token step plus a 16-node verify), then the LM-head product timed fastest when it is
-    not linear() ("; LM head: onednn"); short: "fp32 (timed faster here)"."""
+    not linear() ("; LM head: onednn") and how many weights are packed for oneDNN ("; 127 weights packed");
+    short: "fp32 (timed faster here)"."""
     name, timed = short_name(target.dtype), target.dtype_timing
     kernel = getattr(target, "head_kernel", "linear")
-    head = "" if kernel == "linear" else f"; LM head: {kernel}"
+    packed = len(getattr(target, "packed", ()))
+    head = ("" if kernel == "linear" else f"; LM head: {kernel}") + (f"; {packed} weights packed" if packed else "")
     if not timed:
         return name + ("" if short else head)
     if short:

@@ -88,6 +88,12 @@ class TargetModel:
         finally:
             kv_cache.free(cache)
 
+    def kernel_choices(self) -> dict:
+        """What start-up timing chose here, for a bench record: the LM-head kernel, rows on demand, the row counts
+        whose forwards take the oneDNN route, and how many weights stayed packed."""
+        return {"lm_head": self.head_kernel, "lazy_rows": self.lazy_rows,
+                "body_onednn_rows": sorted(self.onednn_rows), "packed_weights": len(self.packed)}
+
     @property
     def device(self) -> torch.device:
         return self.model.device

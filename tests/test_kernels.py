@@ -67,6 +67,8 @@ def test_the_app_says_which_dtype_was_timed():
     timed.head_kernel = "onednn"  # the LM-head product start-up timing chose, when not linear()
     assert dtype_note(timed) == "fp32; timed here: bf16 837 ms, fp32 291 ms per step + verify; LM head: onednn"
     assert dtype_note(timed, short=True) == "fp32 (timed faster here)"
+    timed.packed = [object()] * 127  # the weights start-up packed for oneDNN and kept
+    assert dtype_note(timed).endswith("; LM head: onednn; 127 weights packed")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
