@@ -112,14 +112,58 @@ class RMSNorm(nn.Module):
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
 
 
-def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotate-half RoPE computed on demand for any position (no fixed-size table). x: (1, h, T, d), pos: (T,)"""
-    d = x.shape[-1]
-    inv = 1.0 / theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
+def rope_tables(pos: torch.Tensor, d: int, theta: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin), each (T, d), for rotate-half RoPE at any positions `pos` (T,) (no fixed-size table); computed
+    once per head forward and shared by every layer's queries and keys."""
+    inv = 1.0 / theta ** (torch.arange(0, d, 2, device=pos.device, dtype=torch.float32) / d)
     ang = pos.float()[:, None] * inv[None, :]  # (T, d/2)
-    cos, sin = torch.cat([ang, ang], -1).cos().to(x.dtype), torch.cat([ang, ang], -1).sin().to(x.dtype)
+    ang = torch.cat([ang, ang], -1)  # (T, d)
+    return ang.cos().to(dtype), ang.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """x (B, h, T, d) rotated by `rope_tables` (cos, sin) (T, d)."""
+    cos, sin = tables
+    d = x.shape[-1]
     x1, x2 = x[..., : d // 2], x[..., d // 2 :]
     return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotate-half RoPE computed on demand for any position. x: (1, h, T, d), pos: (T,)"""
+    return apply_rope(x, rope_tables(pos, x.shape[-1], theta, x.dtype))
+
+
+def _version(t: torch.Tensor) -> int | None:
+    """The tensor's in-place version counter; None for an inference tensor (made under inference_mode: it cannot
+    be changed in place outside it, and has no counter)."""
+    return None if t.is_inference() else t._version
+
+
+class Fused:
+    """One inference-time weight made of several row blocks (q/k/v, gate/up), so a draft step runs one product
+    where the checkpoint layout has several. It is a copy: valid while the source weights are the ones it was made
+    from (same tensors, dtype, device and version counter; an optimizer step or `.to()` makes it stale and the
+    module falls back to its own projections), and never used while autograd records."""
+
+    def __init__(self, linears: list[nn.Linear]):
+        self.linears = linears
+        self.sizes = [m.out_features for m in linears]
+        self.stamp = self._stamp()
+        with torch.no_grad():
+            self.weight = torch.cat([m.weight for m in linears]).detach()  # (sum out, in)
+            biases = [m.bias for m in linears]
+            self.bias = torch.cat(biases).detach() if all(b is not None for b in biases) else None
+
+    def _stamp(self) -> tuple:
+        return tuple((w.data_ptr(), _version(w), w.dtype, w.device) for w in (m.weight for m in self.linears))
+
+    def usable(self) -> bool:
+        return not torch.is_grad_enabled() and self.stamp == self._stamp()
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """x (..., in) -> one output per source block, split from a single product."""
+        return F.linear(x, self.weight, self.bias).split(self.sizes, dim=-1)
 
 
 class Attention(nn.Module):
@@ -133,15 +177,27 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(d_in, c.num_key_value_heads * c.hd, bias=c.qkv_bias)
         self.v_proj = nn.Linear(d_in, c.num_key_value_heads * c.hd, bias=c.qkv_bias)
         self.o_proj = nn.Linear(c.num_attention_heads * c.hd, c.hidden_size, bias=False)
+        self.fused: Fused | None = None  # q/k/v as one product at inference (`fuse`)
 
-    def forward(self, x, pos, past_kv, mask):
-        """x (B, T, H); past_kv: (k, v) each (B, kvh, L, d) or None; mask (B|1, 1, T, L+T) bool or None=causal."""
+    def fuse(self) -> list[torch.Tensor]:
+        """Make the fused q/k/v weight; returns the 2-D weights an inference forward now multiplies."""
+        self.fused = Fused([self.q_proj, self.k_proj, self.v_proj])
+        return [self.fused.weight, self.o_proj.weight]
+
+    def forward(self, x, pos, past_kv, mask, tables=None):
+        """x (B, T, H); past_kv: (k, v) each (B, kvh, L, d) or None; mask (B|1, 1, T, L+T) bool or None=causal;
+        tables: the forward's `rope_tables` (made here when not given)."""
         b, t, _ = x.shape
         c = self.c
-        q = self.q_proj(x).view(b, t, c.num_attention_heads, c.hd).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, c.num_key_value_heads, c.hd).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, c.num_key_value_heads, c.hd).transpose(1, 2)
-        q, k = rope(q, pos, c.rope_theta), rope(k, pos, c.rope_theta)
+        if self.fused is not None and self.fused.usable():
+            q, k, v = self.fused(x)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.view(b, t, c.num_attention_heads, c.hd).transpose(1, 2)
+        k = k.view(b, t, c.num_key_value_heads, c.hd).transpose(1, 2)
+        v = v.view(b, t, c.num_key_value_heads, c.hd).transpose(1, 2)
+        tables = tables if tables is not None else rope_tables(pos, c.hd, c.rope_theta, q.dtype)
+        q, k = apply_rope(q, tables), apply_rope(k, tables)
         new_kv = (k, v)
         if past_kv is not None:
             k, v = torch.cat([past_kv[0], k], 2), torch.cat([past_kv[1], v], 2)
@@ -160,9 +216,19 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
         self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
         self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+        self.fused: Fused | None = None  # gate/up as one product at inference (`fuse`)
+
+    def fuse(self) -> list[torch.Tensor]:
+        """Make the fused gate/up weight; returns the 2-D weights an inference forward now multiplies."""
+        self.fused = Fused([self.gate_proj, self.up_proj])
+        return [self.fused.weight, self.down_proj.weight]
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.fused is not None and self.fused.usable():
+            gate, up = self.fused(x)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class Layer(nn.Module):
@@ -177,9 +243,9 @@ class Layer(nn.Module):
         if index:
             self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
-    def forward(self, x, pos, past_kv, mask):
+    def forward(self, x, pos, past_kv, mask, tables=None):
         h = self.input_layernorm(x) if hasattr(self, "input_layernorm") else x
-        a, kv = self.self_attn(h, pos, past_kv, mask)
+        a, kv = self.self_attn(h, pos, past_kv, mask, tables)
         x = x + a
         return x + self.mlp(self.post_attention_layernorm(x)), kv
 
@@ -203,12 +269,14 @@ class EagleHead(nn.Module):
         With several layers the cache stacks them along the head axis, (B, layers * kvh, L, d), so callers keep
         one (k, v) pair and concatenate along positions whatever the depth."""
         x = self.fc(torch.cat([embeds, features], dim=-1))  # embedding FIRST (official order)
+        c = self.config
+        tables = rope_tables(pos, c.hd, c.rope_theta, x.dtype)  # one table for every layer's q and k
         if len(self.layers) == 1:
-            return self.layers[0](x, pos, past_kv, mask)
-        kvh, ks, vs = self.config.num_key_value_heads, [], []
+            return self.layers[0](x, pos, past_kv, mask, tables)
+        kvh, ks, vs = c.num_key_value_heads, [], []
         for i, layer in enumerate(self.layers):
             past = None if past_kv is None else (past_kv[0][:, i * kvh:(i + 1) * kvh], past_kv[1][:, i * kvh:(i + 1) * kvh])
-            x, (k, v) = layer(x, pos, past, mask)
+            x, (k, v) = layer(x, pos, past, mask, tables)
             ks.append(k)
             vs.append(v)
         return x, (torch.cat(ks, 1), torch.cat(vs, 1))
@@ -221,6 +289,20 @@ class EagleHead(nn.Module):
         m = torch.zeros(self.config.vocab_size, dtype=torch.bool, device=self.vocab_ids.device)
         m[self.vocab_ids] = True
         return m
+
+
+def fuse_projections(head: nn.Module) -> list[torch.Tensor]:
+    """Fuse q/k/v and gate/up in every layer of `head` (EAGLE-1/2 or EAGLE-3) for drafting, and return the 2-D
+    weights its inference forward then multiplies: what a drafter packs (core/kernels.py). The checkpoint layout,
+    the training path and the values stay as they are (each output row is the same dot product)."""
+    weights: list[torch.Tensor] = []
+    fused_away: set[int] = set()
+    for m in head.modules():
+        if isinstance(m, (Attention, MLP)):
+            weights += m.fuse()
+            fused_away |= {id(lin.weight) for lin in m.fused.linears}
+    others = [m.weight for m in head.modules() if isinstance(m, nn.Linear) and id(m.weight) not in fused_away]
+    return [w for w in others if not any(w is x for x in weights)] + weights
 
 
 ENGINES = ("sglang", "vllm")

@@ -22,7 +22,7 @@ import torch
 
 from core import kernels
 from core.config import TreeConfig
-from core.draft_head import EagleHead
+from core.draft_head import EagleHead, fuse_projections
 from core.eagle3_head import Eagle3Head
 from core.models import TargetModel
 from core.tree import top_frontier
@@ -114,7 +114,8 @@ class EagleDrafter:
         self.w_draft = self._draft_rows(full)  # (Vd, H)
         # CPU: the head's layers and draft rows in oneDNN's packed layout (core/kernels.py), kept where timed faster
         self.packed = kernels.PackedWeights()
-        self.packed.add_linears(self.head)
+        for w in fuse_projections(self.head):  # q/k/v and gate/up as one product each while drafting
+            self.packed.add(w)
         shared = self.w_draft is target.lm_head_weight  # the full vocabulary: the target's own head and timing
         self.rows_packed = target.packed if shared else self.packed
         if not shared:
@@ -142,8 +143,7 @@ class EagleDrafter:
     def _time_layers(self, context: int = 64) -> frozenset[int]:
         """`kernels.body_choice` for the head's layers: one draft pass of each DRAFT_ROWS count after a `context`-
         entry draft cache, plain against routed through the packed weights; empty when none are packed."""
-        if not any(self.packed.get(m.weight) is not None for m in self.head.modules()
-                   if isinstance(m, torch.nn.Linear)):
+        if len(self.packed) - (self.packed.get(self.w_draft) is not None) == 0:  # no layer weight packed
             return frozenset()
         tgt, n = self.target, context + max(DRAFT_ROWS)
         gen = torch.Generator().manual_seed(0)

@@ -75,7 +75,7 @@ class MidLayer(nn.Module):
 
     def forward(self, embeds, hidden, pos, past_kv, mask):
         x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1)  # embedding FIRST
-        a, kv = self.self_attn(x, pos, past_kv, mask)
+        a, kv = self.self_attn(x, pos, past_kv, mask)  # one layer: its rope table is made once, inside
         h = hidden + a
         return h + self.mlp(self.post_attention_layernorm(h)), kv
 

@@ -218,3 +218,47 @@ def test_describe_head_and_the_apps_info_line(tmp_path):
     line = info_line(target, SimpleNamespace(drafter=SimpleNamespace(head=deep)), "runs/deep/head")
     assert line == f"Target **tiny** · cpu · fp32 · head: {describe_head(deep)} (`runs/deep/head`)"
     assert info_line(target, SimpleNamespace(drafter=SimpleNamespace())) == "Target **tiny** · cpu · fp32"  # no head: lookup
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_fused_projections_compute_the_same_head_and_never_go_stale(kind):
+    """Drafting fuses q/k/v and gate/up into one product each: the head's outputs and cache are the same as
+    unfused; the fused copy is not used while autograd records (gradients reach the checkpoint's own weights) and
+    not after the weights change in place (an optimizer step), so a fused head never drafts with old weights."""
+    from core.draft_head import Attention, MLP, fuse_projections
+    from core.eagle3_head import Eagle3Config, init_eagle3_head
+
+    h = 64
+    if kind == "eagle":
+        head = init_head(HeadConfig.for_target(h, 128), seed=3)
+    else:
+        head = init_eagle3_head(Eagle3Config(hidden_size=h, intermediate_size=3 * h, num_attention_heads=4,
+                                             num_key_value_heads=2, vocab_size=128, draft_vocab_size=128), seed=3)
+    gen = torch.Generator().manual_seed(0)
+    emb, feat = torch.randn(1, 5, h, generator=gen), torch.randn(1, 5, h, generator=gen)
+    pos = torch.arange(5)
+    with torch.inference_mode():
+        ref_out, ref_kv = head(emb, feat, pos)
+    weights = fuse_projections(head)
+    fused = [m.fused for m in head.modules() if isinstance(m, (Attention, MLP))]
+    assert fused and all(f is not None for f in fused)
+    assert all(any(w is f.weight for w in weights) for f in fused)  # what a drafter packs: the fused weights...
+    assert not any(w is m.weight for f in fused for m in f.linears for w in weights)  # ...not the fused-away ones
+    with torch.inference_mode():
+        assert all(f.usable() for f in fused)
+        out, kv = head(emb, feat, pos)
+    torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(kv[0], ref_kv[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(kv[1], ref_kv[1], rtol=1e-5, atol=1e-5)
+    assert not any(f.usable() for f in fused)  # autograd on: the module's own projections
+    out, _ = head(emb, feat, pos)
+    out.sum().backward()
+    attn = next(m for m in head.modules() if isinstance(m, Attention))
+    assert attn.q_proj.weight.grad is not None and attn.q_proj.weight.grad.abs().sum() > 0
+    with torch.no_grad():
+        attn.q_proj.weight.mul_(2.0)  # an optimizer step: the fused copy is stale now
+        want, _ = head(emb, feat, pos)
+    with torch.inference_mode():
+        assert not attn.fused.usable()
+        got, _ = head(emb, feat, pos)
+    torch.testing.assert_close(got, want)
