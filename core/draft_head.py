@@ -134,6 +134,50 @@ def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
     return apply_rope(x, rope_tables(pos, x.shape[-1], theta, x.dtype))
 
 
+class KVWindow:
+    """Where one head forward writes its new keys and values inside a draft cache kept in place: buffers
+    (1, heads, capacity, d) and the first slot to write. Attention writes its t new entries at [start, start + t)
+    and attends over views of [0, start + t), so a draft pass copies only its own entries (concatenating a cache
+    copies all of it, for every draft level). Made by DraftKV.window; `layer` narrows it to one layer's heads."""
+
+    def __init__(self, k: torch.Tensor, v: torch.Tensor, start: int):
+        self.k, self.v, self.start = k, v, start
+
+    def layer(self, i: int, heads: int) -> "KVWindow":
+        return KVWindow(self.k[:, i * heads:(i + 1) * heads], self.v[:, i * heads:(i + 1) * heads], self.start)
+
+    def put(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """k, v (1, h, t, d) -> all keys and values up to them, (1, h, start + t, d) views of the buffers."""
+        end = self.start + k.shape[2]
+        self.k[:, :, self.start:end] = k
+        self.v[:, :, self.start:end] = v
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+
+class DraftKV:
+    """A draft head's keys and values for one decode call, in place (EAGLE-1/2 heads with several layers stack
+    them along the head axis): (1, heads, capacity, d) buffers that double when full. The drafter asks for a
+    window at the slot it writes next: after the committed entries for a commit, after the step's earlier levels
+    for a tree expansion (those are overwritten by the next commit)."""
+
+    def __init__(self, heads: int, d: int, dtype: torch.dtype, device: torch.device | str):
+        self.heads, self.d, self.dtype, self.device = heads, d, dtype, device
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    def window(self, start: int, t: int) -> KVWindow:
+        """Room for t entries at `start` (entries before it kept), as a KVWindow."""
+        cap = 0 if self.k is None else self.k.shape[2]
+        if start + t > cap:
+            grown = max(2 * cap, start + t, 256)
+            k = torch.empty(1, self.heads, grown, self.d, dtype=self.dtype, device=self.device)
+            v = torch.empty_like(k)
+            if self.k is not None:
+                k[:, :, :start], v[:, :, :start] = self.k[:, :, :start], self.v[:, :, :start]
+            self.k, self.v = k, v
+        return KVWindow(self.k, self.v, start)
+
+
 def _version(t: torch.Tensor) -> int | None:
     """The tensor's in-place version counter; None for an inference tensor (made under inference_mode: it cannot
     be changed in place outside it, and has no counter)."""
@@ -185,8 +229,9 @@ class Attention(nn.Module):
         return [self.fused.weight, self.o_proj.weight]
 
     def forward(self, x, pos, past_kv, mask, tables=None):
-        """x (B, T, H); past_kv: (k, v) each (B, kvh, L, d) or None; mask (B|1, 1, T, L+T) bool or None=causal;
-        tables: the forward's `rope_tables` (made here when not given)."""
+        """x (B, T, H); past_kv: (k, v) each (B, kvh, L, d), a KVWindow (B = 1: the new entries go into its buffer
+        at L = its start) or None; mask (B|1, 1, T, L+T) bool or None=causal; tables: the forward's `rope_tables`
+        (made here when not given)."""
         b, t, _ = x.shape
         c = self.c
         if self.fused is not None and self.fused.usable():
@@ -199,7 +244,9 @@ class Attention(nn.Module):
         tables = tables if tables is not None else rope_tables(pos, c.hd, c.rope_theta, q.dtype)
         q, k = apply_rope(q, tables), apply_rope(k, tables)
         new_kv = (k, v)
-        if past_kv is not None:
+        if isinstance(past_kv, KVWindow):
+            k, v = past_kv.put(k, v)
+        elif past_kv is not None:
             k, v = torch.cat([past_kv[0], k], 2), torch.cat([past_kv[1], v], 2)
         rep = c.num_attention_heads // c.num_key_value_heads
         if rep > 1:
@@ -267,7 +314,8 @@ class EagleHead(nn.Module):
         """embeds, features: (B, T, H) -> predicted features (B, T, H) and this call's (k, v) for the cache.
 
         With several layers the cache stacks them along the head axis, (B, layers * kvh, L, d), so callers keep
-        one (k, v) pair and concatenate along positions whatever the depth."""
+        one (k, v) pair and concatenate along positions whatever the depth, or pass a KVWindow of a DraftKV laid
+        out the same way (drafting: the new entries are written in place)."""
         x = self.fc(torch.cat([embeds, features], dim=-1))  # embedding FIRST (official order)
         c = self.config
         tables = rope_tables(pos, c.hd, c.rope_theta, x.dtype)  # one table for every layer's q and k
@@ -275,7 +323,11 @@ class EagleHead(nn.Module):
             return self.layers[0](x, pos, past_kv, mask, tables)
         kvh, ks, vs = c.num_key_value_heads, [], []
         for i, layer in enumerate(self.layers):
-            past = None if past_kv is None else (past_kv[0][:, i * kvh:(i + 1) * kvh], past_kv[1][:, i * kvh:(i + 1) * kvh])
+            if isinstance(past_kv, KVWindow):
+                past = past_kv.layer(i, kvh)
+            else:
+                past = None if past_kv is None else (past_kv[0][:, i * kvh:(i + 1) * kvh],
+                                                     past_kv[1][:, i * kvh:(i + 1) * kvh])
             x, (k, v) = layer(x, pos, past, mask, tables)
             ks.append(k)
             vs.append(v)

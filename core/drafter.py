@@ -6,9 +6,9 @@ target features of what was accepted, and `propose` a candidate pool for this st
 drafter is one file with a head, its drafter and its loader, plus one line in core/heads.py's registry (the Medusa
 head in core/medusa.py is the example).
 
-EAGLE drafting: the draft cache (`DraftState`) belongs to one decode call and holds only entries computed from REAL
-target features (prompt and accepted tokens); tree-expansion entries live in a temporary list thrown away after each
-step (keeping draft-predicted features costs tau). Pair convention (EAGLE, arXiv 2401.15077 §3.1): the draft input
+EAGLE drafting: the draft cache (`DraftState`) belongs to one decode call and keeps only entries computed from REAL
+target features (prompt and accepted tokens); tree-expansion entries are written after them, in place, and the
+next commit overwrites them (keeping draft-predicted features costs tau). Pair convention (EAGLE, arXiv 2401.15077 §3.1): the draft input
 at position i is (embedding of t_{i+1}, feature f_i) and its output is the predicted f_{i+1}; the target LM head on
 it scores t_{i+2}.
 """
@@ -22,7 +22,7 @@ import torch
 
 from core import kernels
 from core.config import TreeConfig
-from core.draft_head import EagleHead, fuse_projections
+from core.draft_head import DraftKV, EagleHead, fuse_projections
 from core.eagle3_head import Eagle3Head
 from core.models import TargetModel
 from core.tree import top_frontier
@@ -90,9 +90,10 @@ def grow_beam(pool: DraftPool, level_topk, tree: TreeConfig) -> DraftPool:
 
 @dataclass
 class DraftState:
-    """The EAGLE head's KV over real pairs, and its prediction for the next root; one per decode call."""
+    """The EAGLE head's KV over real pairs (slots [0, length) of `kv`; a step's tree expansions are written after
+    them and overwritten by the next commit), and its prediction for the next root; one per decode call."""
 
-    kv: tuple[torch.Tensor, torch.Tensor] | None = None  # each (1, kvh, L, d)
+    kv: DraftKV
     length: int = 0
     feat: torch.Tensor | None = None  # (H,) predicted feature after the last committed token
 
@@ -167,7 +168,9 @@ class EagleDrafter:
         check_compatible(head, target)
 
     def start(self) -> DraftState:
-        return DraftState()
+        c = self.head.config
+        heads = getattr(c, "num_layers", 1) * c.num_key_value_heads  # layers stacked along the head axis
+        return DraftState(DraftKV(heads, c.hd, self.target.dtype, self.target.device))
 
     @torch.inference_mode()
     def commit(self, st: DraftState, features: torch.Tensor, next_ids: torch.Tensor) -> int:
@@ -175,8 +178,7 @@ class EagleDrafter:
         n = next_ids.shape[1]
         pos = torch.arange(st.length, st.length + n, device=features.device)
         with self._route(n):
-            out, kv = self.head(self.target.embed(next_ids), features, pos, st.kv)
-        st.kv = kv if st.kv is None else (torch.cat([st.kv[0], kv[0]], 2), torch.cat([st.kv[1], kv[1]], 2))
+            out, _ = self.head(self.target.embed(next_ids), features, pos, st.kv.window(st.length, n))
         st.length += n
         st.feat = out[0, -1]
         return 1
@@ -198,9 +200,7 @@ class EagleDrafter:
         vals, toks = self._topk(root_feat[None], k)
         frontier = pool.add(0, vals[0].tolist(), toks[0].tolist())
         frontier_feat = root_feat[None].expand(len(frontier), -1)  # (k, H): the feature each frontier node pairs with
-        tmp_k: list[torch.Tensor] = []
-        tmp_v: list[torch.Tensor] = []
-        cols: dict[int, list[int]] = {0: []}  # node -> temporary-cache columns of its fed ancestors (and itself)
+        cols: dict[int, list[int]] = {0: []}  # node -> tree-expansion slots (after st.length) of its fed ancestors
         n_cols = 0
         for level in range(1, tree.depth):
             ids = torch.tensor([[pool.tokens[n] for n in frontier]], device=root_feat.device)  # (1, k)
@@ -210,12 +210,10 @@ class EagleDrafter:
             for i, c in enumerate(mine):
                 vis[i, c] = True
             mask = torch.cat([torch.ones(len(frontier), st.length, dtype=torch.bool, device=vis.device), vis], 1)
-            past = self._past(st, tmp_k, tmp_v)
+            window = st.kv.window(st.length + n_cols, len(frontier))  # this level's slots, after the earlier ones
             with self._route(len(frontier)):
-                out, (kk, vv) = self.head(self.target.embed(ids), frontier_feat[None], pos, past, mask[None, None])
+                out, _ = self.head(self.target.embed(ids), frontier_feat[None], pos, window, mask[None, None])
             pool.forwards += 1
-            tmp_k.append(kk)
-            tmp_v.append(vv)
             for i, n in enumerate(frontier):
                 cols[n] = mine[i]
             n_cols += len(frontier)
@@ -228,12 +226,6 @@ class EagleDrafter:
             frontier_feat = out[0, [row_of[pool.parents[n]] for n in nxt]]
             frontier = nxt
         return pool  # forwards counts expansion passes only; commit() reports its own pass
-
-    @staticmethod
-    def _past(st: DraftState, tk: list[torch.Tensor], tv: list[torch.Tensor]):
-        ks = ([st.kv[0]] if st.kv is not None else []) + tk
-        vs = ([st.kv[1]] if st.kv is not None else []) + tv
-        return (torch.cat(ks, 2), torch.cat(vs, 2)) if ks else None
 
 
 class Eagle3Drafter(EagleDrafter):

@@ -262,3 +262,28 @@ def test_fused_projections_compute_the_same_head_and_never_go_stale(kind):
         assert not attn.fused.usable()
         got, _ = head(emb, feat, pos)
     torch.testing.assert_close(got, want)
+
+
+def test_a_draft_cache_kept_in_place_gives_the_head_the_same_keys_as_concatenation():
+    """DraftKV (drafting): entries written in place, the buffers doubling when full with every earlier entry kept,
+    give a two-layer head the same outputs as the concatenated (k, v) cache; a tree level written after the
+    committed slots is overwritten by the next commit, as the drafter expects."""
+    from core.draft_head import DraftKV
+
+    c = replace(HeadConfig.for_target(64, 128), num_layers=2)
+    head = init_head(c, seed=4)
+    gen = torch.Generator().manual_seed(0)
+    emb, feat = torch.randn(1, 360, 64, generator=gen), torch.randn(1, 360, 64, generator=gen)
+    kv = DraftKV(2 * c.num_key_value_heads, c.hd, torch.float32, "cpu")
+    with torch.inference_mode():
+        out_a, (k_a, v_a) = head(emb[:, :200], feat[:, :200], torch.arange(200))
+        out_b, _ = head(emb[:, :200], feat[:, :200], torch.arange(200), kv.window(0, 200))
+        torch.testing.assert_close(out_b, out_a)
+        assert kv.k.shape[2] == 256
+        head(emb[:, 200:203], feat[:, 200:203], torch.arange(200, 203), kv.window(200, 3))  # a tree level: discarded
+        ref, (k_r, v_r) = head(emb[:, 200:350], feat[:, 200:350], torch.arange(200, 350), (k_a, v_a))
+        got, _ = head(emb[:, 200:350], feat[:, 200:350], torch.arange(200, 350), kv.window(200, 150))
+        assert kv.k.shape[2] == 512  # grown, the first 200 entries carried over
+        torch.testing.assert_close(got, ref)
+        torch.testing.assert_close(kv.k[:, :, :350], torch.cat([k_a, k_r], 2))
+        torch.testing.assert_close(kv.v[:, :, :350], torch.cat([v_a, v_r], 2))
