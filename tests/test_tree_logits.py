@@ -140,3 +140,29 @@ def test_the_ab_script_forces_one_switch_each_way_on_the_same_model(tmp_path, ca
     assert "identical outputs across values: True" in out
     assert ab.main(["lazy-rows", "--values", "maybe", *common]) == 2
     assert capsys.readouterr().err.strip() == "error: lazy-rows takes on, off"
+
+
+def test_the_draft_profile_script_reports_a_step_split(tmp_path, capsys):
+    """scripts/profile_draft.py (README, "Faster drafting") on a tiny saved model and head: the per-step split it
+    prints adds up to the step, and a file with too few rows is one line and exit status 2."""
+    import json
+
+    from core.draft_head import HeadConfig, init_head, save_head
+    from test_generate_cli import word_tokenizer
+
+    tiny_model("llama").save_pretrained(tmp_path / "m")
+    word_tokenizer().save_pretrained(tmp_path / "m")
+    save_head(init_head(HeadConfig.for_target(64, 128), seed=2), tmp_path / "h", dtype=torch.float32)
+    q = tmp_path / "q.jsonl"
+    q.write_text("".join(json.dumps({"turns": [f"the cat sat on the mat {i}"]}) + "\n" for i in range(4)))
+    script = load_script("profile_draft")
+    common = ["--model", str(tmp_path / "m"), "--head", str(tmp_path / "h"), "--dtype", "fp32", "--questions", str(q)]
+    assert script.main([*common, "--prompts", "2", "--max-new-tokens", "12", "--tree", "6,3,2,0", "--ops"]) == 0
+    out = capsys.readouterr().out
+    split = out.splitlines()[1]
+    parts = {k: float(v.split()[0]) for k, v in (p.split(" ", 1) for p in split.removeprefix("per step: ").split(", ")[:4])}
+    assert parts["step"] == pytest.approx(parts["draft"] + parts["verify"] + parts["other"], abs=0.02)
+    assert parts["draft"] > 0 and "Self CPU" in out  # the head ran; the op table printed
+    assert script.main([*common, "--prompts", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and err.endswith("--prompts 3 needs 5") and len(err.splitlines()) == 1
