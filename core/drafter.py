@@ -8,9 +8,9 @@ head in core/medusa.py is the example).
 
 EAGLE drafting: the draft cache (`DraftState`) belongs to one decode call and keeps only entries computed from REAL
 target features (prompt and accepted tokens); tree-expansion entries are written after them, in place, and the
-next commit overwrites them (keeping draft-predicted features costs tau). Pair convention (EAGLE, arXiv 2401.15077 §3.1): the draft input
-at position i is (embedding of t_{i+1}, feature f_i) and its output is the predicted f_{i+1}; the target LM head on
-it scores t_{i+2}.
+next commit overwrites them (keeping draft-predicted features costs tau). Pair convention (EAGLE, arXiv 2401.15077
+§3.1): the draft input at position i is (embedding of t_{i+1}, feature f_i) and its output is the predicted f_{i+1};
+the target LM head on it scores t_{i+2}.
 """
 from __future__ import annotations
 

@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if len(rows) < a.prompts + 2:
-        print(f"error: {a.questions} has {len(rows)} rows; --prompts {a.prompts} needs {a.prompts + 2}", file=sys.stderr)
+        print(f"error: {a.questions} has {len(rows)} rows; --prompts {a.prompts} needs {a.prompts + 2}",
+              file=sys.stderr)
         return 2
     torch.set_num_threads(a.threads)
     target, tok, _, eagle = build_decoders(model=a.model, head=a.head, dtype=a.dtype)

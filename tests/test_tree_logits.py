@@ -160,7 +160,8 @@ def test_the_draft_profile_script_reports_a_step_split(tmp_path, capsys):
     assert script.main([*common, "--prompts", "2", "--max-new-tokens", "12", "--tree", "6,3,2,0", "--ops"]) == 0
     out = capsys.readouterr().out
     split = out.splitlines()[1]
-    parts = {k: float(v.split()[0]) for k, v in (p.split(" ", 1) for p in split.removeprefix("per step: ").split(", ")[:4])}
+    fields = split.removeprefix("per step: ").split(", ")[:4]  # "draft 1.23 ms", "verify ...", "other ...", "step ..."
+    parts = {k: float(v.split()[0]) for k, v in (f.split(" ", 1) for f in fields)}
     assert parts["step"] == pytest.approx(parts["draft"] + parts["verify"] + parts["other"], abs=0.02)
     assert parts["draft"] > 0 and "Self CPU" in out  # the head ran; the op table printed
     assert script.main([*common, "--prompts", "3"]) == 2
