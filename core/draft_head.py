@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.kernels import tensor_version
+
 DRAFT_VOCAB_FILE = "draft_vocab.json"  # a folder's optional inference vocabulary (see the module docstring)
 
 
@@ -129,11 +131,6 @@ def apply_rope(x: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor]) -> to
     return x * cos + torch.cat([-x2, x1], -1) * sin
 
 
-def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotate-half RoPE computed on demand for any position. x: (1, h, T, d), pos: (T,)"""
-    return apply_rope(x, rope_tables(pos, x.shape[-1], theta, x.dtype))
-
-
 class KVWindow:
     """Where one head forward writes its new keys and values inside a draft cache kept in place: buffers
     (1, heads, capacity, d) and the first slot to write. Attention writes its t new entries at [start, start + t)
@@ -178,12 +175,6 @@ class DraftKV:
         return KVWindow(self.k, self.v, start)
 
 
-def _version(t: torch.Tensor) -> int | None:
-    """The tensor's in-place version counter; None for an inference tensor (made under inference_mode: it cannot
-    be changed in place outside it, and has no counter)."""
-    return None if t.is_inference() else t._version
-
-
 class Fused:
     """One inference-time weight made of several row blocks (q/k/v, gate/up), so a draft step runs one product
     where the checkpoint layout has several. It is a copy: valid while the source weights are the ones it was made
@@ -200,7 +191,7 @@ class Fused:
             self.bias = torch.cat(biases).detach() if all(b is not None for b in biases) else None
 
     def _stamp(self) -> tuple:
-        return tuple((w.data_ptr(), _version(w), w.dtype, w.device) for w in (m.weight for m in self.linears))
+        return tuple((tensor_version(w), w.dtype, w.device) for w in (m.weight for m in self.linears))
 
     def usable(self) -> bool:
         return not torch.is_grad_enabled() and self.stamp == self._stamp()

@@ -102,21 +102,31 @@ def packing_works(dtype: torch.dtype) -> bool:
         return False
 
 
+def tensor_version(t: torch.Tensor) -> tuple[int, int | None]:
+    """(storage address, in-place version counter) of a tensor: what changes when its values may have changed
+    (an optimizer step, `.to()`, a load into it). The counter is None for an inference tensor, which has none and
+    cannot be changed in place outside inference mode."""
+    return t.data_ptr(), (None if t.is_inference() else t._version)
+
+
 class PackedWeights:
     """oneDNN-packed copies of 2-D CPU weights (bf16 or fp32), looked up by the weight tensor itself.
 
     Each owner (a target, a drafter) holds its own, made once when it is built and read by `head_product` and
-    `OneDNNLinear`; the modules keep their plain weights, so nothing else changes. A copy costs the weight's size
-    in memory, so owners drop the ones their timing did not pick (`discard`)."""
+    `OneDNNLinear`; the modules keep their plain weights, so nothing else changes. A copy is only handed out while
+    its weight is unchanged since packing (`tensor_version`); after that the plain weight is used. A copy costs the
+    weight's size in memory, so owners drop the ones their timing did not pick (`discard`)."""
 
     def __init__(self) -> None:
-        self._by_id: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(weight) -> (weight, packed copy)
+        # id(weight) -> (weight, packed copy, the weight's tensor_version when packed)
+        self._by_id: dict[int, tuple[torch.Tensor, torch.Tensor, tuple]] = {}
 
     def add(self, w: torch.Tensor) -> bool:
         """Pack `w` (no-op off CPU, for other dtypes, or where packing does not work); True when it is packed."""
-        if id(w) not in self._by_id and w.dim() == 2 and w.device.type == "cpu" and packing_works(w.dtype):
+        if self.get(w) is None and w.dim() == 2 and w.device.type == "cpu" and packing_works(w.dtype):
             with torch.inference_mode():
-                self._by_id[id(w)] = (w, torch.ops.mkldnn._reorder_linear_weight(w.detach(), PACK_ROWS))
+                packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), PACK_ROWS)
+            self._by_id[id(w)] = (w, packed, tensor_version(w))
         return self.get(w) is not None
 
     def add_linears(self, module: torch.nn.Module) -> int:
@@ -124,8 +134,9 @@ class PackedWeights:
         return sum(self.add(m.weight) for m in module.modules() if isinstance(m, torch.nn.Linear))
 
     def get(self, w: torch.Tensor) -> torch.Tensor | None:
+        """w's packed copy, or None (never packed, or changed since: the same tensor, not a reused id)."""
         entry = self._by_id.get(id(w))
-        return entry[1] if entry is not None and entry[0] is w else None  # the same tensor, not a reused id
+        return entry[1] if entry is not None and entry[0] is w and entry[2] == tensor_version(w) else None
 
     def discard(self, keep=lambda w: False) -> None:
         """Drop every packed copy whose weight `keep` rejects (all of them by default)."""

@@ -208,8 +208,8 @@ def test_the_body_route_keeps_eagle_equal_to_the_baseline(kind, won):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_packed_weight_computes_linear_and_belongs_to_its_tensor(dtype):
     """A packed copy gives linear()'s values (bias included, any row count, through head_product and the function
-    mode); it is found for its own tensor only, never for an equal one; fp16 and tensors that are not 2-D stay
-    plain; discard keeps what it is told to."""
+    mode); it is found for its own tensor only, never for an equal one, and never once the tensor changed in place;
+    fp16 and tensors that are not 2-D stay plain; discard keeps what it is told to."""
     if not kernels.packing_works(dtype):
         pytest.fail(f"this torch build cannot pack a {dtype} weight for oneDNN: no packed route would be taken")
     gen = torch.Generator().manual_seed(0)
@@ -226,6 +226,11 @@ def test_a_packed_weight_computes_linear_and_belongs_to_its_tensor(dtype):
             with kernels.OneDNNLinear(packed):
                 got = F.linear(h, w, b)
             torch.testing.assert_close(got, F.linear(h, w, b), **tol)
+    with torch.no_grad():
+        w.mul_(2)  # changed since packing: the stale copy is never handed out
+    assert packed.get(w) is None and packed.add(w) and packed.get(w) is not None  # packed again
+    with torch.inference_mode():
+        torch.testing.assert_close(kernels.head_product(w, h, "onednn", packed), F.linear(h, w), **tol)
     packed.add(other)
     packed.discard(keep=lambda t: t is other)
     assert packed.get(w) is None and packed.get(other) is not None and len(packed) == 1
