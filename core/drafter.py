@@ -115,12 +115,10 @@ class EagleDrafter:
         self.w_draft = self._draft_rows(full)  # (Vd, H)
         # CPU: the head's layers and draft rows in oneDNN's packed layout (core/kernels.py), kept where timed faster
         self.packed = kernels.PackedWeights()
-        for w in fuse_projections(self.head):  # q/k/v and gate/up as one product each while drafting
-            self.packed.add(w)
+        layers = fuse_projections(self.head)  # q/k/v and gate/up as one product each while drafting
         shared = self.w_draft is target.lm_head_weight  # the full vocabulary: the target's own head and timing
         self.rows_packed = target.packed if shared else self.packed
-        if not shared:
-            self.packed.add(self.w_draft)
+        self.packed.add_within(([] if shared else [[self.w_draft]]) + [[w for w in layers if w is not self.w_draft]])
         # each draft level multiplies top_k rows by w_draft: its kernel is timed here, as the target's is
         self.head_kernel = target.head_kernel if shared else kernels.head_kernel(self.w_draft, packed=self.packed)
         # and runs the head's layers on top_k rows: through the packed weights at the row counts timed faster

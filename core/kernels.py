@@ -109,6 +109,18 @@ def tensor_version(t: torch.Tensor) -> tuple[int, int | None]:
     return t.data_ptr(), (None if t.is_inference() else t._version)
 
 
+def spare_memory_bytes() -> int | None:
+    """Memory the system could still give this process (Linux MemAvailable), or None where it cannot be read. A
+    packed copy costs its weight's size, so owners pack only what fits in half of it (`PackedWeights.add_within`)."""
+    try:
+        for line in open("/proc/meminfo", encoding="utf-8"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 class PackedWeights:
     """oneDNN-packed copies of 2-D CPU weights (bf16 or fp32), looked up by the weight tensor itself.
 
@@ -132,6 +144,24 @@ class PackedWeights:
     def add_linears(self, module: torch.nn.Module) -> int:
         """Pack the weight of every nn.Linear inside `module`; returns how many are packed."""
         return sum(self.add(m.weight) for m in module.modules() if isinstance(m, torch.nn.Linear))
+
+    def add_within(self, groups: list[list[torch.Tensor]], spare: int | None = None) -> list[bool]:
+        """Pack each group of weights, in order, while the copies so far fit in half of `spare` bytes (default:
+        `spare_memory_bytes()`; no limit where it is unknown); a group that would not fit stays plain, whole.
+        Returns, per group, whether it was packed. A model near the machine's memory keeps plain weights rather
+        than doubling them."""
+        spare = spare_memory_bytes() if spare is None else spare
+        room = float("inf") if spare is None else spare / 2
+        done = []
+        for group in groups:
+            size = sum(w.numel() * w.element_size() for w in group)
+            fits = size <= room
+            if fits:
+                room -= size
+                for w in group:
+                    self.add(w)
+            done.append(fits)
+        return done
 
     def get(self, w: torch.Tensor) -> torch.Tensor | None:
         """w's packed copy, or None (never packed, or changed since: the same tensor, not a reused id)."""

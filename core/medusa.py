@@ -99,7 +99,7 @@ class MedusaDrafter:
         self.vocab_ids = self.head.vocab_ids.to(target.device)
         self.w_draft = target.lm_head_weight[self.vocab_ids]  # (Vd, H)
         self.packed = kernels.PackedWeights()  # CPU: the draft rows in oneDNN's packed layout (core/kernels.py)
-        self.packed.add(self.w_draft)
+        self.packed.add_within([[self.w_draft]])
         self.head_kernel = kernels.head_kernel(self.w_draft, packed=self.packed)  # timed on this machine
         if self.head_kernel != "onednn":
             self.packed.discard()

@@ -44,11 +44,12 @@ class TargetModel:
         eos = eos if eos is not None else cfg.eos_token_id
         self.eos_ids: frozenset[int] = frozenset(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
         self.max_positions: int = int(getattr(cfg, "max_position_embeddings", 8192) or 8192)
-        # CPU: the body's linear weights and the LM head in oneDNN's packed layout (core/kernels.py PackedWeights),
-        # timed below against the plain products; the copies the timing did not pick are dropped
+        # CPU: the LM head and the body's linear weights in oneDNN's packed layout (core/kernels.py PackedWeights),
+        # as far as half the spare memory allows, timed below against the plain products; the copies the timing
+        # did not pick are dropped
         self.packed = kernels.PackedWeights()
-        self.packed.add_linears(self.decoder)
-        self.packed.add(self.lm_head_weight)
+        body = [m.weight for m in self.decoder.modules() if isinstance(m, torch.nn.Linear)]
+        self.packed.add_within([[self.lm_head_weight], body])
         # CPU: which LM-head product is fastest on this machine, and whether a verify computes only visited rows
         self.head_kernel, self.lazy_rows = self._time_lm_head()
         # CPU: the row counts at which a forward ran faster with its linear layers through oneDNN (core/kernels.py)

@@ -298,3 +298,21 @@ def test_packed_weights_keep_eagle_equal_to_the_baseline(monkeypatch, kind, draf
     ref, _ = run(BaselineDecoder(tgt), PROMPT, cfg)
     got, events = run(Eagle2Decoder(tgt, dr), PROMPT, cfg)
     assert got == ref and any(len(e.tree) > 1 for e in events)
+
+
+def test_packing_stops_where_the_copies_would_not_fit_in_half_the_spare_memory(monkeypatch):
+    """Groups are packed in order while their copies fit in half the spare memory; a group that would not fit
+    stays plain as a whole. A target near the machine's memory packs its LM head, or nothing, rather than doubling
+    its body; the spare memory is read from the system where it can be."""
+    gen = torch.Generator().manual_seed(0)
+    head, a, b = (torch.randn(*s, generator=gen) for s in ((64, 8), (16, 8), (16, 8)))  # 2048, 512, 512 bytes
+    packed = kernels.PackedWeights()
+    assert packed.add_within([[head], [a, b]], spare=2 * 2048 + 100) == [True, False]
+    assert packed.get(head) is not None and packed.get(a) is None and packed.get(b) is None
+    assert kernels.PackedWeights().add_within([[head], [a, b]], spare=2 * 3072) == [True, True]
+    assert kernels.PackedWeights().add_within([[head]], spare=100) == [False]
+    spare = kernels.spare_memory_bytes()
+    assert spare is None or spare > 0
+    monkeypatch.setattr(kernels, "spare_memory_bytes", lambda: 0)  # no room at all: every product on plain weights
+    tgt = models.TargetModel(tiny_model("llama"), name="tiny")
+    assert len(tgt.packed) == 0 and tgt.kernel_choices()["packed_weights"] == 0
