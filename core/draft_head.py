@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.kernels import tensor_version
+from core.kernels import linear_weights, tensor_version
+from core.kv_cache import MIN_CAPACITY
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"  # a folder's optional inference vocabulary (see the module docstring)
 
@@ -166,7 +167,7 @@ class DraftKV:
         """Room for t entries at `start` (entries before it kept), as a KVWindow."""
         cap = 0 if self.k is None else self.k.shape[2]
         if start + t > cap:
-            grown = max(2 * cap, start + t, 256)
+            grown = max(2 * cap, start + t, MIN_CAPACITY)  # the target cache's growth rule (core/kv_cache.py)
             k = torch.empty(1, self.heads, grown, self.d, dtype=self.dtype, device=self.device)
             v = torch.empty_like(k)
             if self.k is not None:
@@ -344,7 +345,7 @@ def fuse_projections(head: nn.Module) -> list[torch.Tensor]:
         if isinstance(m, (Attention, MLP)):
             weights += m.fuse()
             fused_away |= {id(lin.weight) for lin in m.fused.linears}
-    others = [m.weight for m in head.modules() if isinstance(m, nn.Linear) and id(m.weight) not in fused_away]
+    others = [w for w in linear_weights(head) if id(w) not in fused_away]
     return [w for w in others if not any(w is x for x in weights)] + weights
 
 

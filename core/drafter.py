@@ -118,11 +118,12 @@ class EagleDrafter:
         layers = fuse_projections(self.head)  # q/k/v and gate/up as one product each while drafting
         shared = self.w_draft is target.lm_head_weight  # the full vocabulary: the target's own head and timing
         self.rows_packed = target.packed if shared else self.packed
-        self.packed.add_within(([] if shared else [[self.w_draft]]) + [[w for w in layers if w is not self.w_draft]])
+        *_, layers_packed = self.packed.add_within(([] if shared else [[self.w_draft]])
+                                                   + [[w for w in layers if w is not self.w_draft]])
         # each draft level multiplies top_k rows by w_draft: its kernel is timed here, as the target's is
         self.head_kernel = target.head_kernel if shared else kernels.head_kernel(self.w_draft, packed=self.packed)
         # and runs the head's layers on top_k rows: through the packed weights at the row counts timed faster
-        self.onednn_rows = self._time_layers()
+        self.onednn_rows = self._time_layers() if layers_packed else frozenset()
         rows_kept = self.head_kernel == "onednn"
         self.packed.discard(keep=lambda w: (rows_kept if w is self.w_draft else bool(self.onednn_rows)))
 
@@ -141,9 +142,7 @@ class EagleDrafter:
     @torch.inference_mode()
     def _time_layers(self, context: int = 64) -> frozenset[int]:
         """`kernels.body_choice` for the head's layers: one draft pass of each DRAFT_ROWS count after a `context`-
-        entry draft cache, plain against routed through the packed weights; empty when none are packed."""
-        if len(self.packed) - (self.packed.get(self.w_draft) is not None) == 0:  # no layer weight packed
-            return frozenset()
+        entry draft cache, plain against routed through the packed weights."""
         tgt, n = self.target, context + max(DRAFT_ROWS)
         gen = torch.Generator().manual_seed(0)
         ids = torch.randint(0, min(1000, tgt.vocab_size), (1, n), generator=gen).to(tgt.device)  # (1, n)

@@ -109,6 +109,11 @@ def tensor_version(t: torch.Tensor) -> tuple[int, int | None]:
     return t.data_ptr(), (None if t.is_inference() else t._version)
 
 
+def linear_weights(module: torch.nn.Module) -> list[torch.Tensor]:
+    """The weight of every nn.Linear inside `module`, in module order: what an owner packs."""
+    return [m.weight for m in module.modules() if isinstance(m, torch.nn.Linear)]
+
+
 def spare_memory_bytes() -> int | None:
     """Memory the system could still give this process (Linux MemAvailable), or None where it cannot be read. A
     packed copy costs its weight's size, so owners pack only what fits in half of it (`PackedWeights.add_within`)."""
@@ -141,10 +146,6 @@ class PackedWeights:
             self._by_id[id(w)] = (w, packed, tensor_version(w))
         return self.get(w) is not None
 
-    def add_linears(self, module: torch.nn.Module) -> int:
-        """Pack the weight of every nn.Linear inside `module`; returns how many are packed."""
-        return sum(self.add(m.weight) for m in module.modules() if isinstance(m, torch.nn.Linear))
-
     def add_within(self, groups: list[list[torch.Tensor]], spare: int | None = None) -> list[bool]:
         """Pack each group of weights, in order, while the copies so far fit in half of `spare` bytes (default:
         `spare_memory_bytes()`; no limit where it is unknown); a group that would not fit stays plain, whole.
@@ -158,9 +159,7 @@ class PackedWeights:
             fits = size <= room
             if fits:
                 room -= size
-                for w in group:
-                    self.add(w)
-            done.append(fits)
+            done.append(fits and all([self.add(w) for w in group]))  # every weight tried; off CPU none packs
         return done
 
     def get(self, w: torch.Tensor) -> torch.Tensor | None:

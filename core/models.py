@@ -48,8 +48,7 @@ class TargetModel:
         # as far as half the spare memory allows, timed below against the plain products; the copies the timing
         # did not pick are dropped
         self.packed = kernels.PackedWeights()
-        body = [m.weight for m in self.decoder.modules() if isinstance(m, torch.nn.Linear)]
-        self.packed.add_within([[self.lm_head_weight], body])
+        self.packed.add_within([[self.lm_head_weight], kernels.linear_weights(self.decoder)])
         # CPU: which LM-head product is fastest on this machine, and whether a verify computes only visited rows
         self.head_kernel, self.lazy_rows = self._time_lm_head()
         # CPU: the row counts at which a forward ran faster with its linear layers through oneDNN (core/kernels.py)

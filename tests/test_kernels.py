@@ -271,7 +271,7 @@ def test_a_target_keeps_only_the_packed_copies_its_timing_picked(monkeypatch, he
     tgt = models.TargetModel(tiny_model("llama"), name="tiny")
     assert (tgt.head_kernel == "onednn") is head_wins
     assert (tgt.packed.get(tgt.lm_head_weight) is not None) is head_wins
-    body = [m.weight for m in tgt.decoder.modules() if isinstance(m, torch.nn.Linear)]
+    body = kernels.linear_weights(tgt.decoder)
     assert body and all((tgt.packed.get(w) is not None) is body_wins for w in body)
 
 
@@ -311,6 +311,7 @@ def test_packing_stops_where_the_copies_would_not_fit_in_half_the_spare_memory(m
     assert packed.get(head) is not None and packed.get(a) is None and packed.get(b) is None
     assert kernels.PackedWeights().add_within([[head], [a, b]], spare=2 * 3072) == [True, True]
     assert kernels.PackedWeights().add_within([[head]], spare=100) == [False]
+    assert kernels.PackedWeights().add_within([[head.half()]], spare=10**9) == [False]  # fits, but fp16 never packs
     spare = kernels.spare_memory_bytes()
     assert spare is None or spare > 0
     monkeypatch.setattr(kernels, "spare_memory_bytes", lambda: 0)  # no room at all: every product on plain weights
