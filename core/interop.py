@@ -60,7 +60,7 @@ def vllm_problems(head_dir: str | Path) -> list[str]:
     expected = VLLM_EAGLE_KEYS | {f"layers.{i}.{k}" for i in range(1, layers)
                                   for k in (*_EAGLE_LAYER, "input_layernorm.weight")}
     if raw.get("num_hidden_layers", 1) != layers:
-        problems.append(f"config.json says {raw.get('num_hidden_layers')} layers, the weights hold {layers}")
+        problems.append(f"config.json says num_hidden_layers={raw.get('num_hidden_layers')}, the weights hold {layers}")
     problems += [f"unknown weight {k} (vLLM's loader raises on it)"
                  for k in sorted(keys - expected - {"fc.bias", "d2t", "t2d"})]
     problems += [f"missing weight {k}" for k in sorted(expected - {"embed_tokens.weight", "lm_head.weight"} - keys)]

@@ -61,7 +61,7 @@ def test_the_default_export_says_why_vllm_refuses_it(tmp_path):
     cfg = json.loads((tmp_path / "deep" / "config.json").read_text())
     assert cfg["num_hidden_layers"] == 2
     (tmp_path / "deep" / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 1}))
-    assert vllm_problems(tmp_path / "deep") == ["config.json says 1 layers, the weights hold 2"]
+    assert vllm_problems(tmp_path / "deep") == ["config.json says num_hidden_layers=1, the weights hold 2"]
 
 
 def test_eagle3_export_names_are_all_known_to_vllms_eagle3_loader(tmp_path):
