@@ -36,7 +36,9 @@ def accept_greedy(
 
 
 def residual(p: torch.Tensor, rejected: int) -> torch.Tensor:
-    """p with one rejected token zeroed and renormalised (the exact rule for a point-mass proposal)."""
+    """p with one rejected token zeroed and renormalised (the exact rule for a point-mass proposal). accept_sampled
+    applies it without materialising each step (it tracks the mass left); this is the rule written out, which the
+    tests hold it to."""
     p = p.clone()
     p[rejected] = 0.0
     total = p.sum()
@@ -60,14 +62,23 @@ def accept_sampled(
     path = [0]
     while True:
         p = probs_at(path[-1])
+        rejected: list[int] = []  # siblings' tokens turned down at this node: zero in the residual
+        left = 1.0  # mass the residual renormalises by (p's own total once a sibling is rejected)
         accepted = None
         for c in kids[path[-1]]:
             x = tokens[c]
-            if uniform(generator) < p[x].item():
+            px = 0.0 if x in rejected else p[x].item()
+            if uniform(generator) < px / left:
                 accepted = c
                 break
-            if p[x] > 0:
-                p = residual(p, x)
+            if px > 0:  # residual(p, x), without a (V,) copy per sibling: the mass left is tracked instead
+                left = (p.sum().item() if not rejected else left) - px
+                rejected.append(x)
+                if left <= 0:
+                    raise DecodeError("residual distribution has no mass left")
         if accepted is None:
+            if rejected:  # one copy for the bonus draw; sample() scales by the total, so no division is needed
+                p = p.clone()
+                p[rejected] = 0.0
             return path, sample(p, generator)
         path.append(accepted)
