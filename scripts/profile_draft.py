@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=3, help="prompts timed, after one warm-up prompt")
     ap.add_argument("--tree", default="16,6,8,0", help="total_tokens,depth,top_k,lookup")
     ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy; above it, sampled with --seed")
+    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default=None)
     ap.add_argument("--head", default=None, help="head folder (default: the model's shipped head)")
     ap.add_argument("--dtype", default="bf16")
@@ -37,12 +39,13 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from core.config import DecodeConfig, TreeConfig
+    from core.config import DecodeConfig, SamplingConfig, TreeConfig
     from core.pipeline import build_decoders, encode_prompt
 
     try:
         rows = [json.loads(line) for line in Path(a.questions).read_text().splitlines() if line.strip()]
         tree = TreeConfig(*(int(x) for x in a.tree.split(",")))
+        sampling = SamplingConfig(temperature=a.temperature, seed=a.seed)
     except (OSError, ValueError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -53,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(a.threads)
     target, tok, _, eagle = build_decoders(model=a.model, head=a.head, dtype=a.dtype)
     prompts = [encode_prompt(tok, r["turns"][0]) for r in rows[: a.prompts + 2]]
-    cfg = DecodeConfig(max_new_tokens=a.max_new_tokens, tree=tree)
+    cfg = DecodeConfig(max_new_tokens=a.max_new_tokens, sampling=sampling, tree=tree)
     list(eagle.generate(prompts[0], cfg))  # warm-up
     steps, tokens, t0 = [], 0, time.perf_counter()
     for ids in prompts[1: a.prompts + 1]:
@@ -64,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - t0
     mean = lambda f: statistics.mean(f(e) for e in steps)  # noqa: E731
     draft, verify, step = mean(lambda e: e.draft_ms), mean(lambda e: e.verify_ms), mean(lambda e: e.step_ms)
-    print(f"{target.name} {str(target.dtype).removeprefix('torch.')} tree {a.tree}: {len(steps)} steps, "
+    print(f"{target.name} {str(target.dtype).removeprefix('torch.')} tree {a.tree} T={a.temperature:g}: {len(steps)} steps, "
           f"tau {tokens / len(steps):.2f}, {tokens / wall:.1f} tok/s")
     print(f"per step: draft {draft:.2f} ms, verify {verify:.2f} ms, other {step - draft - verify:.2f} ms, "
           f"step {step:.2f} ms; draft passes {mean(lambda e: e.draft_forwards):.2f}")

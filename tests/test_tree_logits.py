@@ -167,3 +167,8 @@ def test_the_draft_profile_script_reports_a_step_split(tmp_path, capsys):
     assert script.main([*common, "--prompts", "3"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and err.endswith("--prompts 3 needs 5") and len(err.splitlines()) == 1
+    assert script.main([*common, "--prompts", "1", "--max-new-tokens", "8", "--tree", "4,1,4,0",
+                        "--temperature", "1", "--seed", "3"]) == 0  # sampled decoding profiles the same way
+    assert " T=1: " in capsys.readouterr().out
+    assert script.main([*common, "--temperature", "-1"]) == 2
+    assert capsys.readouterr().err.strip().startswith("error: temperature")
