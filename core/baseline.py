@@ -38,12 +38,12 @@ class BaselineDecoder:
                 hidden, _ = tgt.forward(ids, cache)
                 logits = tgt.logits(hidden[0, -1])  # (V,)
                 t1 = now(tgt.device)
-                tok, top = pick(logits, cfg.sampling, gen)  # top: the margin this token won by (core/exactness.py)
+                tok, top = pick(logits, cfg.sampling, gen)  # greedy: the margin this token won by (core/exactness.py)
                 t2 = now(tgt.device)
                 done = (cfg.stop_on_eos and tok in tgt.eos_ids) or step + 1 == cfg.max_new_tokens
                 yield StepEvent(step=step, method=self.method, new_token_ids=(tok,), verify_ms=(t1 - t0) * 1e3,
                                 step_ms=(t2 - t0) * 1e3,
-                                finished=done, margins=(top.margin,), top_logits=(top.logit,))
+                                finished=done, margins=(top.margin,) if top else (), top_logits=(top.logit,) if top else ())
                 if done or (should_stop and should_stop()):
                     return
                 ids = torch.tensor([[tok]], device=tgt.device)

@@ -18,7 +18,7 @@ from core.drafter import Drafter
 from core.lookup import context_draft, copied
 from core.events import StepEvent, TreeNode
 from core.models import TargetModel
-from core.sampling import Peak, new_generator, peak, pick, target_probs
+from core.sampling import Peak, finite, new_generator, peak, pick, target_probs
 from core.timing import now
 from core.tree_logits import TreeLogits
 from core.verify import accept_greedy, accept_sampled
@@ -50,7 +50,7 @@ class Eagle2Decoder:
             draft_in = hidden if taps is None else taps  # the features this head reads
             logits = tgt.logits(hidden[0, -1])  # (V,)
             t1 = now(tgt.device)
-            root, top = pick(logits, s, gen)  # top: the margin the token won by (core/exactness.py)
+            root, top = pick(logits, s, gen)  # greedy: the margin the token won by (core/exactness.py)
             produced, done = 1, self._done(root, 1, cfg)
             t2 = now(tgt.device)
             n_commit = dr.commit(dstate, draft_in, torch.tensor([prompt_ids[1:] + [root]], device=tgt.device)) \
@@ -60,7 +60,7 @@ class Eagle2Decoder:
             history = list(prompt_ids) + [root]  # what context lookup searches
             yield StepEvent(0, self.method, (root,), verify_ms=(t1 - t0) * 1e3, draft_ms=(t3 - t2) * 1e3,
                             step_ms=(t3 - t0) * 1e3, draft_forwards=n_commit, finished=done, note=self.note,
-                            margins=(top.margin,), top_logits=(top.logit,))
+                            margins=(top.margin,) if top else (), top_logits=(top.logit,) if top else ())
             step, copying, chain_len = 0, False, cfg.tree.lookup
             while not done and not (should_stop and should_stop()):
                 step += 1
@@ -94,17 +94,14 @@ class Eagle2Decoder:
                 if s.greedy:
                     path, bonus = accept_greedy(kids, tokens, lambda n: row(n).id)
                 else:
-                    def probs(n: int) -> torch.Tensor:
-                        row(n)  # NaN / inf check and the margin, once per row
-                        return target_probs(logits[n], s)
-                    path, bonus = accept_sampled(kids, tokens, probs, gen)
+                    path, bonus = accept_sampled(kids, tokens, lambda n: target_probs(finite(logits[n]), s), gen)
                 accepted = [tokens[i] for i in path[1:]] + [bonus]
                 n_copied = copied(chain, accepted[:-1])
                 copying = n_copied > 0  # a copy in progress: the next chain doubles while copies take it whole
                 chain_len = min(2 * chain_len, cfg.tree.copy_lookup) if chain and n_copied == len(chain) \
                     else cfg.tree.lookup
                 new, done = self._clip(accepted, produced, cfg)
-                tops = [row(n) for n in path[:len(new)]]  # new token k was chosen at path[k]: its margin
+                tops = [row(n) for n in path[:len(new)]] if s.greedy else []  # token k was chosen at path[k]
                 # 4. commit: compact the target cache to the accepted path; the real features wait for the head
                 kv_cache.keep(cache, prefix, path)
                 if drafting and not done:  # the head never reads past the last step

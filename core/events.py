@@ -35,8 +35,9 @@ class StepEvent:
     draft_forwards: int = 0
     finished: bool = False
     note: str = ""  # e.g. "untrained head"
-    # per new token, aligned with new_token_ids: the target's top-1 minus top-2 logit at the position that chose it,
-    # and that top-1 logit (core/exactness.py: explains where two greedy runs part ways)
+    # greedy runs, per new token, aligned with new_token_ids: the target's top-1 minus top-2 logit at the position
+    # that chose it, and that top-1 logit (core/exactness.py: explains where two greedy runs part ways); empty when
+    # sampled (sampled runs are not compared token by token)
     margins: tuple[float, ...] = ()
     top_logits: tuple[float, ...] = ()
 

@@ -97,15 +97,25 @@ def peak(row: torch.Tensor) -> Peak:
     return Peak(first, float(best[j]), float(best[j].float() - second.float()))
 
 
-def pick(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator) -> tuple[int, Peak]:
-    """The next token and the row's Peak (its margin is what the UI and the bench report). logits: (V,)
+def pick(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator) -> tuple[int, Peak | None]:
+    """The next token and, when greedy, the row's Peak (its margin explains where two greedy runs part ways,
+    core/exactness.py). logits: (V,)
 
-    Greedy takes the Peak's id (argmax's rule), sampled draws from the processed distribution. Raises DecodeError on
-    NaN / inf logits: the block maxima that find the greedy id reach them.
+    Greedy takes the Peak's id (argmax's rule). Sampled draws from the processed distribution and returns no Peak:
+    two sampled runs are not compared token by token, and a Peak would cost a pass over the row per token. Raises
+    DecodeError on NaN / inf logits: the maximum (the Peak's, or one amax when sampled) reaches them.
     """
+    if not cfg.greedy:
+        return sample(target_probs(finite(logits), cfg), generator), None
     top = peak(logits)
     check_finite("target logits", [top.logit])  # NaN / +inf anywhere reaches the max
-    return (top.id if cfg.greedy else sample(target_probs(logits, cfg), generator)), top
+    return top.id, top
+
+
+def finite(logits: torch.Tensor) -> torch.Tensor:
+    """logits, after one amax has checked them for NaN / +inf (DecodeError); -inf entries (masked tokens) pass."""
+    check_finite("target logits", [float(logits.amax())])
+    return logits
 
 
 def next_token(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator) -> int:
