@@ -12,7 +12,7 @@ from core import kv_cache
 from core.config import DecodeConfig
 from core.events import StepEvent
 from core.models import TargetModel
-from core.sampling import new_generator, pick
+from core.sampling import margin_fields, new_generator, pick
 from core.timing import now
 
 
@@ -43,8 +43,7 @@ class BaselineDecoder:
                 done = (cfg.stop_on_eos and tok in tgt.eos_ids) or step + 1 == cfg.max_new_tokens
                 yield StepEvent(step=step, method=self.method, new_token_ids=(tok,), verify_ms=(t1 - t0) * 1e3,
                                 step_ms=(t2 - t0) * 1e3,
-                                finished=done, margins=(top.margin,) if top else (),
-                                top_logits=(top.logit,) if top else ())
+                                finished=done, **margin_fields([top]))
                 if done or (should_stop and should_stop()):
                     return
                 ids = torch.tensor([[tok]], device=tgt.device)

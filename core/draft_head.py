@@ -307,15 +307,14 @@ class EagleHead(nn.Module):
 
         With several layers the cache stacks them along the head axis, (B, layers * kvh, L, d), so callers keep
         one (k, v) pair and concatenate along positions whatever the depth, or pass a KVWindow of a DraftKV laid
-        out the same way (drafting: the new entries are written in place)."""
+        out the same way (drafting: the new entries are written in place, and None is returned for them)."""
         x = self.fc(torch.cat([embeds, features], dim=-1))  # embedding FIRST (official order)
         c = self.config
         tables = rope_tables(pos, c.hd, c.rope_theta, x.dtype)  # one table for every layer's q and k
-        if len(self.layers) == 1:
-            return self.layers[0](x, pos, past_kv, mask, tables)
+        windowed = isinstance(past_kv, KVWindow)
         kvh, ks, vs = c.num_key_value_heads, [], []
         for i, layer in enumerate(self.layers):
-            if isinstance(past_kv, KVWindow):
+            if windowed:
                 past = past_kv.layer(i, kvh)
             else:
                 past = None if past_kv is None else (past_kv[0][:, i * kvh:(i + 1) * kvh],
@@ -323,7 +322,9 @@ class EagleHead(nn.Module):
             x, (k, v) = layer(x, pos, past, mask, tables)
             ks.append(k)
             vs.append(v)
-        return x, (torch.cat(ks, 1), torch.cat(vs, 1))
+        if windowed:
+            return x, None  # already in the window's buffers: nothing to stack
+        return x, ((ks[0], vs[0]) if len(ks) == 1 else (torch.cat(ks, 1), torch.cat(vs, 1)))
 
     @property
     def d2t(self) -> torch.Tensor:

@@ -18,7 +18,7 @@ from core.drafter import Drafter
 from core.lookup import context_draft, copied
 from core.events import StepEvent, TreeNode
 from core.models import TargetModel
-from core.sampling import Peak, finite, new_generator, peak, pick, target_probs
+from core.sampling import Peak, finite, margin_fields, new_generator, peak, pick, target_probs
 from core.timing import now
 from core.tree_logits import TreeLogits
 from core.verify import accept_greedy, accept_sampled
@@ -60,7 +60,7 @@ class Eagle2Decoder:
             history = list(prompt_ids) + [root]  # what context lookup searches
             yield StepEvent(0, self.method, (root,), verify_ms=(t1 - t0) * 1e3, draft_ms=(t3 - t2) * 1e3,
                             step_ms=(t3 - t0) * 1e3, draft_forwards=n_commit, finished=done, note=self.note,
-                            margins=(top.margin,) if top else (), top_logits=(top.logit,) if top else ())
+                            **margin_fields([top]))
             step, copying, chain_len = 0, False, cfg.tree.lookup
             while not done and not (should_stop and should_stop()):
                 step += 1
@@ -121,7 +121,7 @@ class Eagle2Decoder:
                                 draft_ms=(t_grown - t0) * 1e3, verify_ms=verify_ms,
                                 step_ms=(t5 - t0) * 1e3, finished=done, note=self.note,
                                 draft_forwards=(pool.forwards if pool else 0) + n_commit,
-                                margins=tuple(p.margin for p in tops), top_logits=tuple(p.logit for p in tops))
+                                **margin_fields(tops))
         finally:
             kv_cache.free(cache)  # the drafter's per-call state (dstate) goes with this frame
 

@@ -112,6 +112,13 @@ def pick(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator) 
     return top.id, top
 
 
+def margin_fields(tops: list[Peak | None]) -> dict[str, tuple[float, ...]]:
+    """StepEvent's `margins` and `top_logits` from the Peaks that chose a step's tokens: one each per token when
+    greedy, empty when sampled (pick() returns no Peak then)."""
+    kept = [t for t in tops if t is not None]
+    return {"margins": tuple(t.margin for t in kept), "top_logits": tuple(t.logit for t in kept)}
+
+
 def finite(logits: torch.Tensor) -> torch.Tensor:
     """logits, after one amax has checked them for NaN / +inf (DecodeError); -inf entries (masked tokens) pass."""
     check_finite("target logits", [float(logits.amax())])

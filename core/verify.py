@@ -72,7 +72,9 @@ def accept_sampled(
                 accepted = c
                 break
             if px > 0:  # residual(p, x), without a (V,) copy per sibling: the mass left is tracked instead
-                left = (p.sum().item() if not rejected else left) - px
+                if not rejected:
+                    left = p.sum().item()  # p's own total, read once at the first rejection
+                left -= px
                 rejected.append(x)
                 if left <= 0:
                     raise DecodeError("residual distribution has no mass left")
