@@ -341,13 +341,12 @@ def fuse_projections(head: nn.Module) -> list[torch.Tensor]:
     weights its inference forward then multiplies: what a drafter packs (core/kernels.py). The checkpoint layout,
     the training path and the values stay as they are (each output row is the same dot product)."""
     weights: list[torch.Tensor] = []
-    fused_away: set[int] = set()
+    covered: set[int] = set()  # the projections fused away and the weights already listed (o_proj, down_proj)
     for m in head.modules():
         if isinstance(m, (Attention, MLP)):
             weights += m.fuse()
-            fused_away |= {id(lin.weight) for lin in m.fused.linears}
-    others = [w for w in linear_weights(head) if id(w) not in fused_away]
-    return [w for w in others if not any(w is x for x in weights)] + weights
+            covered |= {id(lin.weight) for lin in m.fused.linears} | {id(w) for w in weights}
+    return [w for w in linear_weights(head) if id(w) not in covered] + weights
 
 
 ENGINES = ("sglang", "vllm")

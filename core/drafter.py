@@ -14,7 +14,6 @@ the target LM head on it scores t_{i+2}.
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -151,7 +150,7 @@ class EagleDrafter:
         _, past = self.head(emb[:, :context], feats[:, :context], torch.arange(context, device=tgt.device))
 
         def forward(m: int, routed: bool) -> None:
-            with kernels.OneDNNLinear(self.packed) if routed else contextlib.nullcontext():
+            with kernels.routed(self.packed, routed):
                 self.head(emb[:, context:context + m], feats[:, context:context + m],
                           torch.full((m,), context, device=tgt.device), past)
         return kernels.body_choice(forward, DRAFT_ROWS, rounds=10)  # ~1 ms passes: 10 rounds (~0.1 s) steady it

@@ -303,7 +303,13 @@ def linear_route(rows: int, won: frozenset[int], packed: PackedWeights | None = 
                  sizes: tuple[int, ...] = BODY_ROWS):
     """The context a forward of `rows` rows runs its linear layers in: `OneDNNLinear` (reading `packed`) where
     `routes_onednn` over the timed `sizes`, else a no-op."""
-    return OneDNNLinear(packed) if routes_onednn(rows, won, sizes) else contextlib.nullcontext()
+    return routed(packed, routes_onednn(rows, won, sizes))
+
+
+def routed(packed: PackedWeights | None, on: bool):
+    """The context a forward runs in: the packed oneDNN route when `on`, else nothing (start-up timing runs each
+    row count both ways through this)."""
+    return OneDNNLinear(packed) if on else contextlib.nullcontext()
 
 
 def _step_seconds(dtype: torch.dtype, hidden: int, intermediate: int, vocab: int, body_params: int,

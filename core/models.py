@@ -8,7 +8,6 @@ rejected tree branch still needs (docs/ARCHITECTURE.md §2).
 """
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass
 
@@ -79,7 +78,7 @@ class TargetModel:
         self.forward(ids[:, :prefix], cache)
 
         def forward(m: int, routed: bool) -> None:
-            with kernels.OneDNNLinear(self.packed) if routed else contextlib.nullcontext():
+            with kernels.routed(self.packed, routed):
                 self.forward(ids[:, prefix:prefix + m], cache)  # onednn_rows is empty while timing: no own route
             kv_cache.crop(cache, prefix)
 
