@@ -25,7 +25,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--request-seconds", type=float, default=300.0, help="wall-clock budget of one request")
     p.add_argument("--queue-size", type=int, default=32, help="requests waiting at most; more are told 'Queue is full'")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
-    p.add_argument("--tree", default=None, help="'auto': measure this machine at start-up and plan one tree for greedy and one for sampled requests; or T,D,K[,L] for all")
+    p.add_argument("--tree", default=None, help="'auto': measure this machine at start-up and plan one tree for greedy and one for sampled requests; or T,D,K[,L[,S]] for all (S: dynamic depth's stop_below)")
     p.add_argument("--prompt-mode", default="auto", choices=["auto", "raw", "chat"], help="auto: chat if templated")
     p.add_argument("--system", default=None, help="system prompt for chat mode")
     args = p.parse_args(argv)

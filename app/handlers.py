@@ -198,12 +198,12 @@ class Playground:
                            model=self.model, compare_kind=compare)
         return record, cfg
 
-    def tree_settings(self, temperature, total_tokens=None, depth=None, top_k=None, lookup=None) -> tuple:
+    def tree_settings(self, temperature, total_tokens=None, depth=None, top_k=None, lookup=None,
+                      stop_below=None) -> tuple:
         """Tree settings a request left out (None) filled from the tree planned for its temperature's regime."""
         planned = self.trees.for_temperature(as_float("temperature", temperature))
-        given = (total_tokens, depth, top_k, lookup)
-        return tuple(getattr(planned, f) if v is None else v
-                     for f, v in zip(("total_tokens", "depth", "top_k", "lookup"), given))
+        given = (total_tokens, depth, top_k, lookup, stop_below)
+        return tuple(getattr(planned, f) if v is None else v for f, v in zip(RunSettings.TREE_FIELDS, given))
 
     def planned_tree(self, temperature, touched: bool):
         """UI: the temperature moved; the tree sliders follow the plan for its regime until the user moves them."""
@@ -212,11 +212,11 @@ class Playground:
         except ValueError:
             t = None
         if touched or t is None:
-            return [gr.skip()] * 4
+            return [gr.skip()] * len(RunSettings.TREE_FIELDS)
         tree = self.trees.for_temperature(t)
         lim = self.limits
         return [min(tree.total_tokens, lim.total_tokens), min(tree.depth, lim.depth), min(tree.top_k, lim.top_k),
-                min(tree.lookup, lim.lookup)]
+                min(tree.lookup, lim.lookup), min(tree.stop_below, lim.stop_below)]
 
     @contextmanager
     def guarded(self, endpoint: str, record: RunRecord):
@@ -253,12 +253,13 @@ class Playground:
     # ---------------------------------------------------------------------------------- UI events
 
     def stream(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
-               lookup=DEFAULT_TREE.lookup, compare="none", request: gr.Request = None):
+               lookup=DEFAULT_TREE.lookup, compare="none", stop_below=DEFAULT_TREE.stop_below,
+               request: gr.Request = None):
         """Run button (the UI's inputs in RunSettings order): stream the lanes as a race. Text refreshes at most
         every text_every s, the draft trees every plot_every s and the charts every charts_every s (plotly
         re-renders are what costs the browser most)."""
         settings = RunSettings(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
-                               compare)
+                               compare, stop_below)
         record, cfg = self.prepare(settings, endpoint="stream")
         gone = self.client_gone(request, "stream")
         det = {s: Detokenizer(self.tok, record.prompt_ids) for s in record.lanes}
@@ -383,7 +384,7 @@ class Playground:
     def run(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
             seed: int = 0, total_tokens: int | None = None, depth: int | None = None,
             top_k: int | None = None, lookup: int | None = None, compare: str = "none",
-            request: gr.Request = None) -> dict:
+            stop_below: float | None = None, request: gr.Request = None) -> dict:
         """Generate `prompt` with plain decoding and EAGLE-2 (and, with `compare` "medusa" or "lookup", a
         token-level drafter as a third lane); return the texts, whether the token ids are identical, each method's
         statistics and the speedup (EAGLE-2 tokens/s over baseline tokens/s). Tree settings left out take the tree
@@ -394,7 +395,7 @@ class Playground:
         `compare_method`, `compare_text`, `compare_token_ids`, `compare_identical`, `compare` (statistics),
         `compare_speedup` (over baseline) and `eagle_vs_compare` (EAGLE-2 tokens/s over the token-level lane's)."""
         settings = RunSettings(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
-                               compare)
+                               compare, stop_below)
         record, cfg = self.prepare(settings, endpoint="run")
         with self.guarded("run", record):
             steps = self._steps(record, cfg, self.client_gone(request, "run"))

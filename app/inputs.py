@@ -36,8 +36,9 @@ class RunSettings:
     top_k: object = None
     lookup: object = None
     compare: object = "none"
+    stop_below: object = None  # after compare: positional /run callers of earlier versions keep their meaning
 
-    TREE_FIELDS = ("total_tokens", "depth", "top_k", "lookup")
+    TREE_FIELDS = ("total_tokens", "depth", "top_k", "lookup", "stop_below")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class Limits:
     depth: int = 12
     top_k: int = 16
     lookup: int = 32
+    stop_below: float = 0.9  # dynamic depth's threshold (TreeConfig.stop_below; core allows up to 1)
     temperature: float = 2.0
     top_p_min: float = 0.05
     seconds: float = 300.0  # wall-clock budget of one request's decoding; past it both methods stop cleanly
@@ -86,6 +88,12 @@ def as_float(name: str, value: object) -> float:
     return float(value)
 
 
+def fraction(name: str, value: float, high: float) -> float:
+    if not 0.0 <= value <= high:  # also refuses NaN
+        raise ValueError(f"{name} must be between 0 and {high:g}, got {value:g}")
+    return value
+
+
 def within(name: str, value: int, low: int, high: int) -> int:
     if not low <= value <= high:
         raise ValueError(f"{name} must be between {low} and {high}, got {value}")
@@ -93,7 +101,8 @@ def within(name: str, value: int, low: int, high: int) -> int:
 
 
 def make_config(max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup=DEFAULT_TREE.lookup,
-                cap: int = MAX_NEW_TOKENS, limits: Limits | None = None) -> DecodeConfig:
+                stop_below=DEFAULT_TREE.stop_below, cap: int = MAX_NEW_TOKENS,
+                limits: Limits | None = None) -> DecodeConfig:
     """UI values -> DecodeConfig within `limits` (the UI's maxima; `cap` overrides max new tokens); raises
     ValueError with a user-readable message. Core then checks types, finiteness and its own wider ranges."""
     lim = limits or Limits()
@@ -108,7 +117,8 @@ def make_config(max_new_tokens, temperature, top_p, seed, total_tokens, depth, t
         total_tokens=within("total_tokens", as_int("tree total tokens", total_tokens), 1, lim.total_tokens),
         depth=within("depth", as_int("tree depth", depth), 1, lim.depth),
         top_k=within("top_k", as_int("tree top-k", top_k), 1, lim.top_k),
-        lookup=within("lookup", as_int("context lookup", lookup), 0, lim.lookup))
+        lookup=within("lookup", as_int("context lookup", lookup), 0, lim.lookup),
+        stop_below=fraction("stop below", as_float("stop below", stop_below), lim.stop_below))
     return DecodeConfig(max_new_tokens=n, sampling=sampling, tree=tree)
 
 

@@ -13,7 +13,7 @@ from app.inputs import DEFAULT_TREE
 
 
 def auto_or_parse(spec: str | None, eagle, tokenizer) -> TreePlan:
-    """--tree: None keeps the engine default; 'T,D,K[,L]' is used for every request; 'auto' measures this machine
+    """--tree: None keeps the engine default; 'T,D,K[,L[,S]]' is used for every request; 'auto' measures this machine
     once and plans one tree for greedy requests and one for sampled ones (core/autotree.py)."""
     if not spec:
         return TreePlan.fixed(DEFAULT_TREE, "engine default")

@@ -130,6 +130,11 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
                                    info="tokens copied from earlier text into the tree; doubles while copies "
                                         "are taken whole, up to 4x (0 = head only)",
                                    elem_id="tree-lookup")
+                stop_below = gr.Slider(0.0, lim.stop_below, value=min(tree_defaults.stop_below, lim.stop_below),
+                                       step=0.05, label="Tree: stop below",
+                                       info="dynamic depth: no draft level below one whose best guess has a "
+                                            "cumulative draft probability under this (0 = fixed depth)",
+                                       elem_id="tree-stop-below")
         with gr.Row():
             with gr.Column(elem_classes=["panel"]):
                 gr.Markdown("### Baseline · plain decoding", elem_classes=["panel-title"])
@@ -163,7 +168,8 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
         tree_touched = gr.State(False, time_to_live=STATE_TTL_S)
 
         # ------------------------------------------------------------------------------------ listeners
-        inputs = [prompt, max_new, temperature, top_p, seed, total_tokens, depth, top_k, lookup, race_with]  # RunSettings
+        inputs = [prompt, max_new, temperature, top_p, seed, total_tokens, depth, top_k, lookup, race_with,
+                  stop_below]  # RunSettings order
         by_id = {"baseline-output": base_out, "compare-output": compare_out, "eagle-output": eagle_out, "stats": stats,
                  "stats-charts": charts, "draft-tree": tree, "compare-tree": compare_tree, "step-slider": step,
                  "state": state}
@@ -185,7 +191,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
         stop.click(pg.finish, [state], outputs, cancels=[run_event], queue=False, api_visibility="private")
         step.input(pg.show_step, [state, step], [tree, compare_tree], trigger_mode="always_last", show_progress="hidden",
                    api_visibility="private")
-        tree_sliders = [total_tokens, depth, top_k, lookup]
+        tree_sliders = [total_tokens, depth, top_k, lookup, stop_below]  # RunSettings.TREE_FIELDS order
         for slider in tree_sliders:  # .input fires on the user's own moves only, not on the updates below
             slider.input(lambda: True, None, tree_touched, queue=False, api_visibility="private")
         temperature.input(pg.planned_tree, [temperature, tree_touched], tree_sliders, queue=False,

@@ -6,7 +6,8 @@ with a large, deep tree records every step's node scores and depths; a tree of d
 cut at level d' and reranked, so for every (N, d') the planner (`plan_tree`, pure) predicts
     tokens per step = 1 + c * E[sum of the top N-1 exp(scores) among nodes of depth <= d'] (+ lookup's tokens)
     ms per step     = draft ms * d'/depth + verify ms(N + lookup nodes)
-and keeps the fastest tokens/ms. c rescales predicted to observed acceptance; verify ms(N) is timed on this machine.
+and keeps the fastest tokens/ms. Dynamic depth (TreeConfig.stop_below) is planned the same way: a step whose best
+node at some level falls under the threshold keeps only the nodes above that level and pays for the levels drafted. c rescales predicted to observed acceptance; verify ms(N) is timed on this machine.
 N = 1 is the root alone: no head pass, so no draft cost. With lookup off that is plain decoding, which the planner
 picks where no tree pays for its verify width (on one AVX2 CPU a 2-token verify of a 0.5B target cost 1.7x its
 one-token step, so every tree there ran slower than no tree at all); a greedy run that keeps lookup gets the chain
@@ -33,6 +34,7 @@ from core.sampling import peak
 from core.timing import now
 
 SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)  # 1: the root alone (no draft; plain decoding without lookup)
+STOPS = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5)  # dynamic-depth thresholds planned (TreeConfig.stop_below; 0 = fixed depth)
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,19 @@ def _draft_cost(steps: list) -> float:
     return statistics.median(drafted) * len(drafted) / len(steps) if drafted else 0.0
 
 
+def stop_depth(step: tuple[tuple[float, int], ...], depth: int, stop: float) -> int:
+    """The levels a grow of `depth` drafts at a step whose head nodes were `step` ((exp(score), depth) each) with
+    dynamic depth `stop` (TreeConfig.stop_below): it goes one level deeper while the best node of the last level
+    holds at least `stop` (core/drafter.py)."""
+    best: dict[int, float] = {}
+    for v, d in step:
+        best[d] = max(best.get(d, 0.0), v)
+    reached = 1
+    while reached < depth and stop and best.get(reached, 0.0) >= stop:
+        reached += 1
+    return depth if not stop else reached
+
+
 def interpolate(profile: dict[int, float], n: float) -> float:
     """Verify ms at n tokens, linear between measured sizes (clamped to the measured range)."""
     xs = sorted(profile)
@@ -159,8 +174,10 @@ def interpolate(profile: dict[int, float], n: float) -> float:
 
 
 def plan_tree(cal: Calibration, profile: dict[int, float], top_k: int, lookup: int,
-              plan_lookup: bool = True) -> AutoTreeReport:
-    """Pure: the (total_tokens, depth, lookup on/off) that maximises predicted tokens per ms; with plan_lookup
+              plan_lookup: bool = True, stops: tuple[float, ...] = STOPS) -> AutoTreeReport:
+    """Pure: the (total_tokens, depth, stop_below, lookup on/off) that maximises predicted tokens per ms (a
+    stop_below prunes each calibration step's pool at the level its grow would have stopped, and charges the levels
+    it drafted; `stops` are the thresholds tried, 0.0 = fixed depth); with plan_lookup
     False, lookup stays at `lookup` and only size and depth are planned. When the profile has size 1, the root alone
     is an option: plain decoding where lookup is off (always a candidate for sampled runs), the lookup chain without
     the head where a greedy run keeps lookup."""
@@ -172,10 +189,11 @@ def plan_tree(cal: Calibration, profile: dict[int, float], top_k: int, lookup: i
     predicted = sum(sum(v for v, _ in step) for step in cal.nodes) / len(cal.nodes)
     c = cal.head_accepted / predicted if predicted > 0 else 0.0  # an untrained head: c = 0, the smallest tree wins
     best, best_rate, best_expected, best_draft = None, -1.0, {}, 0.0
-    for d in range(1, cal.depth + 1):
-        ranked = [sorted((v for v, depth in step if depth <= d), reverse=True) for step in cal.nodes]
+    for d, stop in ((d, s) for d in range(1, cal.depth + 1) for s in (stops if d > 1 else (0.0,))):
+        reached = [stop_depth(step, d, stop) for step in cal.nodes]  # the levels each step would have drafted
+        ranked = [sorted((v for v, depth in step if depth <= r), reverse=True) for step, r in zip(cal.nodes, reached)]
         pool = top_k + (d - 1) * top_k * top_k  # candidates a depth-d grow offers
-        draft = cal.draft_ms * d / cal.depth
+        draft = cal.draft_ms * sum(reached) / len(reached) / cal.depth
         head = {n: c * sum(sum(r[: n - 1]) for r in ranked) / len(ranked) for n in sizes if n - 1 <= pool}
         if plan_lookup:
             options = (False, True) if lookup and cal.lookup_nodes else (False,)
@@ -192,7 +210,8 @@ def plan_tree(cal: Calibration, profile: dict[int, float], top_k: int, lookup: i
                 verify = sum(interpolate(cost, n + w) for w in widths) / len(widths)  # expected over the steps
                 rate = e / (cost_draft + verify)
                 if rate > best_rate:
-                    chosen = TreeConfig(total_tokens=n, depth=d, top_k=top_k, lookup=lookup if use_lookup else 0)
+                    chosen = TreeConfig(total_tokens=n, depth=d, top_k=top_k, lookup=lookup if use_lookup else 0,
+                                        stop_below=stop if n > 1 else 0.0)
                     best, best_rate, best_expected, best_draft = chosen, rate, expected, cost_draft
     return AutoTreeReport(best, profile, best_expected, best_draft, c)
 

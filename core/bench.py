@@ -3,7 +3,7 @@
 python -m core.bench --questions FILE.jsonl [--categories a,b] [--limit N] [--per-category N [--file-categories]]
     --max-new-tokens M
     --methods hf,hf-pld,baseline,eagle2[,eagle2-head,eagle2-chain,lookup,medusa] [--temperature T] [--model M --head H]
-    [--tree auto|T,D,K[,L]] [--head-tree T,D,K] [--head-b H2] [--medusa-head M]
+    [--tree auto|T,D,K[,L[,S]]] [--head-tree T,D,K[,L[,S]]] [--head-b H2 [--head-tree-b T,D,K[,L[,S]]]] [--medusa-head M]
     [--dtype fp32|bf16] [--device D] [--threads N] [--raw] --json OUT [--html OUT] [--seed S] [--repeats R]
 
 Protocol (docs/ARCHITECTURE.md §5): batch 1, the first turn of each question as the prompt, one uncounted warm-up
@@ -25,7 +25,9 @@ Our methods: eagle2 = the engine as configured: the head's dynamic tree plus the
 `--tree auto` chose; eagle2-head = the same tree (or --head-tree's) without lookup (the head alone); eagle2-chain = the head as a single
 chain (top_k 1, no lookup, depth 6 or the tree's if deeper); lookup = the lookup chain alone, no head (our engine's
 prompt lookup, next to transformers' hf-pld). eagle2-head-b / eagle2-chain-b = eagle2-head / eagle2-chain with the
-head given by --head-b, so two heads (e.g. EAGLE-3 and EAGLE-1/2 trained on the same data) race in one run.
+head given by --head-b, so two heads (e.g. EAGLE-3 and EAGLE-1/2 trained on the same data) race in one run;
+--head-tree-b gives eagle2-head-b its own tree, so one head (--head-b = --head) races itself at two trees, e.g. a
+fixed depth against dynamic depth (S = TreeConfig.stop_below: no level below one whose best guess is under S).
 eagle2-greedy-tree = eagle2 with the tree `auto` plans from a greedy calibration, for sampled runs: next to eagle2
 (whose `auto` calibrates at the run's own temperature) it shows what planning per sampling regime buys.
 medusa = the Medusa head (--medusa-head, or the one shipped for the default model) through the same loop with
@@ -90,11 +92,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--medusa-head", default=None,
                    help="Medusa head folder for the method medusa (default: the one shipped for the default model)")
     p.add_argument("--tree", default="auto",
-                   help="'auto' or total_tokens,depth,top_k[,lookup] (e.g. 24,6,6 or 24,6,6,0)")
+                   help="'auto' or total_tokens,depth,top_k[,lookup[,stop_below]] (e.g. 24,6,6 or 24,6,6,0; "
+                        "16,6,8,0,0.1 adds dynamic depth)")
     p.add_argument("--head-tree", default=None,
                    help="total_tokens,depth,top_k for the head-alone methods (eagle2-head, eagle2-head-b, medusa; lookup "
                         "is always 0 there), so eagle2 can run at 'auto' while the heads are compared at a fixed "
-                        "tree (default: the run's tree)")
+                        "tree (default: the run's tree); a fifth field sets dynamic depth (stop_below)")
+    p.add_argument("--head-tree-b", default=None,
+                   help="the head-alone tree of eagle2-head-b (default: --head-tree's), so one head can race itself "
+                        "at two trees (e.g. fixed against dynamic depth) in one interleaved run")
     p.add_argument("--dtype", default=None,
                    help="fp32 | bf16 | fp16 | auto (default auto: on CPU the faster of bf16 and fp32 here)")
     p.add_argument("--device", default=None, help="cuda | mps | cpu (default: best available)")
@@ -118,6 +124,7 @@ class Plan:
     tree: TreeConfig | None  # None = auto
     head_tree: TreeConfig | None  # None = the run's tree
     decode: DecodeConfig  # sampling seed is replaced per prompt
+    head_tree_b: TreeConfig | None = None  # eagle2-head-b's head-alone tree; None = head_tree's
 
 
 def validate(a: argparse.Namespace) -> Plan:
@@ -134,6 +141,8 @@ def validate(a: argparse.Namespace) -> Plan:
         raise BenchError("--head-b and the methods eagle2-head-b / eagle2-chain-b go together")
     if getattr(a, "head_b", None):
         pipeline.check_head_path(a.head_b)
+    if getattr(a, "head_tree_b", None) and "eagle2-head-b" not in methods:
+        raise BenchError("--head-tree-b is the tree of eagle2-head-b: add that method (and --head-b)")
     if getattr(a, "medusa_head", None):
         pipeline.check_head_path(a.medusa_head)
     if "medusa" in methods and not (getattr(a, "medusa_head", None) or pipeline.default_medusa_head(a.model)):
@@ -148,10 +157,11 @@ def validate(a: argparse.Namespace) -> Plan:
         raise BenchError(f"questions file {a.questions!r} not found")
     tree = None if a.tree == "auto" else TreeConfig.parse(a.tree)
     head_tree = TreeConfig.parse(a.head_tree) if getattr(a, "head_tree", None) else None
+    head_tree_b = TreeConfig.parse(a.head_tree_b) if getattr(a, "head_tree_b", None) else None
     sampling = SamplingConfig(temperature=a.temperature, seed=a.seed)
     decode = DecodeConfig(max_new_tokens=a.max_new_tokens, sampling=sampling, tree=tree or TreeConfig())
     cats = frozenset(c.strip() for c in a.categories.split(",") if c.strip())
-    return Plan(methods, cats, tree, head_tree, decode)
+    return Plan(methods, cats, tree, head_tree, decode, head_tree_b)
 
 
 # ------------------------------------------------------------------------------------------------ loading
@@ -306,6 +316,8 @@ def machine_config(a: argparse.Namespace, plan: Plan, target, tree: TreeConfig, 
         "tree": {"spec": a.tree, **asdict(tree), **tree_info},
         "chain_tree": asdict(chain) if "eagle2-chain" in plan.methods else None,
         "head_tree": asdict(replace(plan.head_tree or tree, lookup=0)) if "eagle2-head" in plan.methods else None,
+        "head_tree_b": asdict(replace(plan.head_tree_b or plan.head_tree or tree, lookup=0))
+        if "eagle2-head-b" in plan.methods else None,
         "methods": list(plan.methods), "temperature": plan.decode.sampling.temperature,
         "top_p": plan.decode.sampling.top_p, "top_k": plan.decode.sampling.top_k, "seed": a.seed,
         "max_new_tokens": plan.decode.max_new_tokens, "questions": a.questions,

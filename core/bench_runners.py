@@ -157,6 +157,7 @@ def make_runners(plan: Plan, target, tok, baseline, eagle, tree: TreeConfig,
     variant = {"eagle2-head": replace(plan.head_tree or tree, lookup=0), "eagle2-chain": chain_tree(tree),
                "lookup": TreeConfig(total_tokens=1, depth=1, top_k=1, lookup=PLD_TOKENS),
                "eagle2-greedy-tree": greedy_tree or tree}
+    variant_b = {"eagle2-head": replace(plan.head_tree_b, lookup=0)} if plan.head_tree_b else {}
     table = {
         "hf": lambda: hf_runner(target, hf_generation_config(target, tok, cfg, False), cfg.sampling.greedy),
         "hf-pld": lambda: hf_runner(target, hf_generation_config(target, tok, cfg, True), cfg.sampling.greedy),
@@ -164,7 +165,8 @@ def make_runners(plan: Plan, target, tok, baseline, eagle, tree: TreeConfig,
         "eagle2": lambda: core_runner(eagle, cfg),
         **{m: (lambda t=t: core_runner(eagle, DecodeConfig(cfg.max_new_tokens, cfg.sampling, t)))
            for m, t in variant.items()},
-        **{m + "-b": (lambda t=variant[m]: core_runner(eagle_b, DecodeConfig(cfg.max_new_tokens, cfg.sampling, t)))
+        **{m + "-b": (lambda t=variant_b.get(m, variant[m]):
+                      core_runner(eagle_b, DecodeConfig(cfg.max_new_tokens, cfg.sampling, t)))
            for m in ("eagle2-head", "eagle2-chain")},
         "medusa": lambda: core_runner(medusa, DecodeConfig(cfg.max_new_tokens, cfg.sampling, variant["eagle2-head"])),
     }

@@ -5,9 +5,11 @@ Knobs are named by what they count (EAGLE issue #118):
   depth         deepest draft level below the root = number of draft-head passes per step
   top_k         children kept per expanded node, and nodes expanded per level
   lookup        longest chain copied from the context (core/lookup.py) and grafted under the root; 0 = head only
+  stop_below    dynamic depth: no draft level below one whose best cumulative draft probability is under it; 0 = off
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -17,8 +19,6 @@ class DecodeError(ValueError):
 
 def check_finite(what: str, values) -> None:
     """Raise DecodeError when a tensor (or list of floats) holds NaN or inf; one cheap reduction per step."""
-    import math
-
     import torch
 
     ok = bool(torch.isfinite(values).all()) if isinstance(values, torch.Tensor) else all(map(math.isfinite, values))
@@ -59,12 +59,16 @@ class TreeConfig:
     depth: int = 6  # draft levels below the root
     top_k: int = 6  # branching per expanded node and frontier width
     lookup: int = 10  # context-lookup chain length grafted under the root (extra verify tokens); 0 = off
+    # dynamic depth: the head drafts no level below one whose best guess has a cumulative draft probability under
+    # this, so a step where it is unsure pays for fewer passes (0 = EAGLE-2's fixed depth; core/drafter.py)
+    stop_below: float = 0.0
 
     def __post_init__(self) -> None:
         _check_int("total_tokens", self.total_tokens, 1, 512)
         _check_int("depth", self.depth, 1, 32)
         _check_int("top_k", self.top_k, 1, 64)
         _check_int("lookup", self.lookup, 0, 64)
+        _check_number("stop_below", self.stop_below, 0.0, 1.0, high_open=True)
 
     @property
     def copy_lookup(self) -> int:
@@ -80,13 +84,28 @@ class TreeConfig:
 
     @classmethod
     def parse(cls, text: str) -> "TreeConfig":
-        """Parse 'T,D,K' or 'T,D,K,L' (e.g. '24,6,6' keeps the default lookup; '24,6,6,0' turns it off)."""
+        """Parse 'T,D,K', 'T,D,K,L' or 'T,D,K,L,S' (e.g. '24,6,6' keeps the default lookup; '24,6,6,0' turns it
+        off; '16,6,8,0,0.1' also stops drafting below a level whose best guess is under 0.1)."""
         parts = [p.strip() for p in str(text).split(",")]
-        if len(parts) not in (3, 4) or not all(p.lstrip("-").isdigit() for p in parts):
-            raise ValueError(f"tree must be 'total_tokens,depth,top_k[,lookup]' like 24,6,6 or 24,6,6,0, got {text!r}")
-        vals = [int(p) for p in parts]
+        ints, stop = parts[:4], parts[4:]
+        if len(parts) not in (3, 4, 5) or not all(p.lstrip("-").isdigit() for p in ints) or \
+                not all(_is_number(p) for p in stop):
+            raise ValueError("tree must be 'total_tokens,depth,top_k[,lookup[,stop_below]]' like 24,6,6 or 24,6,6,0 "
+                             f"or 16,6,8,0,0.1, got {text!r}")
         names = ("total_tokens", "depth", "top_k", "lookup")
-        return cls(**dict(zip(names, vals)))
+        return cls(**dict(zip(names, (int(p) for p in ints))), **({"stop_below": float(stop[0])} if stop else {}))
+
+    def spec(self) -> str:
+        """The 'T,D,K,L[,S]' text `parse` reads back (S only when dynamic depth is on)."""
+        base = f"{self.total_tokens},{self.depth},{self.top_k},{self.lookup}"
+        return base + (f",{self.stop_below:g}" if self.stop_below else "")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -107,12 +126,13 @@ def _check_int(name: str, value: object, low: int, high: int) -> None:
         raise ValueError(f"{name} must be between {low} and {high}, got {value}")
 
 
-def _check_number(name: str, value: object, low: float, high: float, low_open: bool = False) -> None:
+def _check_number(name: str, value: object, low: float, high: float, low_open: bool = False,
+                  high_open: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name} must be a number, got {value!r}")
     v = float(value)
     if v != v or v in (float("inf"), float("-inf")):
         raise ValueError(f"{name} must be finite, got {value!r}")
-    if v < low or v > high or (low_open and v == low):
-        bound = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
+    if v < low or v > high or (low_open and v == low) or (high_open and v == high):
+        bound = ("(" if low_open else "[") + f"{low}, {high}" + (")" if high_open else "]")
         raise ValueError(f"{name} must be in {bound}, got {value}")

@@ -14,6 +14,7 @@ the target LM head on it scores t_{i+2}.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -189,7 +190,9 @@ class EagleDrafter:
     def propose(self, st: DraftState, root_token: int, tree: TreeConfig) -> DraftPool:
         """Grow the candidate pool: level 1 from the root's predicted feature (1 x top_k), then depth - 1 expansions
         of the best top_k; every expanded node's top_k children enter the pool (k + (depth-1) k^2 candidates +
-        root); the loop reranks."""
+        root); the loop reranks. With `tree.stop_below` (dynamic depth) the growth ends before a level whose best
+        node's cumulative draft probability is under it: its children could not be worth the pass that drafts them
+        (EAGLE-2's scores are calibrated: a node is accepted about as often as exp(score))."""
         root_feat = st.feat
         k = min(tree.top_k, len(self.w_draft))
         pool = DraftPool.rooted(root_token)
@@ -199,6 +202,8 @@ class EagleDrafter:
         cols: dict[int, list[int]] = {0: []}  # node -> tree-expansion slots (after st.length) of its fed ancestors
         n_cols = 0
         for level in range(1, tree.depth):
+            if tree.stop_below and math.exp(pool.scores[frontier[0]]) < tree.stop_below:
+                break  # the frontier is best first: no node of this level is likely enough to expand
             ids = torch.tensor([[pool.tokens[n] for n in frontier]], device=root_feat.device)  # (1, k)
             pos = torch.full((len(frontier),), st.length + level - 1, device=root_feat.device)
             mine = [cols[pool.parents[n]] + [n_cols + i] for i, n in enumerate(frontier)]

@@ -42,9 +42,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tree", default=f"{tree.total_tokens},{tree.depth},{tree.top_k},{tree.lookup}",
-                   help="total_tokens,depth,top_k[,lookup]: tree nodes per step (root included), draft levels, "
-                        "branching per expanded node, context-lookup tokens (0 = off); the same syntax as the app "
+    p.add_argument("--tree", default=tree.spec(),
+                   help="total_tokens,depth,top_k[,lookup[,stop_below]]: tree nodes per step (root included), draft "
+                        "levels, branching per expanded node, context-lookup tokens (0 = off), and dynamic depth (no "
+                        "level below one whose best guess is under stop_below; 0 = off); the same syntax as the app "
                         "and core.bench (default %(default)s)")
     p.add_argument("--dtype", default=None,
                    help="fp32 | bf16 | fp16 | auto (default auto: on CPU the faster of bf16 and fp32 here; bf16 on GPUs)")

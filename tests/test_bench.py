@@ -174,6 +174,24 @@ def test_second_head_races_in_the_same_run(stack, tmp_path, capsys):
     assert "--head-b" in capsys.readouterr().err
 
 
+def test_one_head_races_itself_at_two_trees(stack, tmp_path, capsys):
+    """--head-tree-b: the same head at a fixed depth and with dynamic depth, in one interleaved run; both lossless,
+    each row drafting its own tree (the dynamic one verifies smaller trees), the trees recorded in the config."""
+    out = tmp_path / "t.json"
+    head = str(stack["root"] / "head")
+    rc = main(_args(stack, out, "--methods", "baseline,eagle2-head,eagle2-head-b", "--limit", "2", "--head-b", head,
+                    "--head-tree", "12,5,4", "--head-tree-b", "12,5,4,0,0.05"))
+    assert rc == 0, capsys.readouterr().err
+    res = json.loads(out.read_text())
+    assert res["config"]["head_tree"]["stop_below"] == 0.0 and res["config"]["head_tree_b"]["stop_below"] == 0.05
+    assert all(r["identical_to_baseline"] for r in res["per_prompt"])
+    drafted = {m: sum(r["drafted_tokens"] for r in res["per_prompt"] if r["method"] == m) /
+               sum(r["steps"] for r in res["per_prompt"] if r["method"] == m) for m in ("eagle2-head", "eagle2-head-b")}
+    assert drafted["eagle2-head-b"] < drafted["eagle2-head"]  # steps that stopped early verified smaller trees
+    assert main(_args(stack, tmp_path / "u.json", "--methods", "baseline,eagle2-head", "--head-tree-b", "8,3,3")) == 2
+    assert "--head-tree-b" in capsys.readouterr().err
+
+
 def test_medusa_races_the_eagle_head_at_the_same_budget(stack, tmp_path, capsys):
     """--methods medusa: the Medusa head drafts through the same loop with eagle2-head's tree; lossless, with the
     tree statistics (tau, depth acceptance) the EAGLE rows carry."""

@@ -56,11 +56,12 @@ TREES = [
     TreeConfig(12, 10, 1, lookup=10),  # deep and narrow: a chain of 11, plus lookup
     TreeConfig(24, 5, 4, lookup=0),
     TreeConfig(60, 5, 10, lookup=10),  # wide
+    TreeConfig(24, 5, 4, lookup=10, stop_below=0.05),  # dynamic depth: each step drafts as deep as it is sure
 ]
 
 
 def tree_id(t: TreeConfig) -> str:
-    return f"T{t.total_tokens}-D{t.depth}-K{t.top_k}-L{t.lookup}"
+    return f"T{t.total_tokens}-D{t.depth}-K{t.top_k}-L{t.lookup}" + (f"-S{t.stop_below:g}" if t.stop_below else "")
 
 
 @pytest.mark.parametrize("tree", TREES, ids=tree_id)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
+from dataclasses import replace
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -182,6 +183,11 @@ def test_run_api_defaults_come_from_the_tree_planned_for_the_temperature():
     assert pg.run("Say: ", 64, 0.8)["tree"] == dataclasses.asdict(sampled)
     assert pg.run("Say: ", 64, 0.8, 1.0, 0, 5)["tree"] == dataclasses.asdict(TreeConfig(5, 1, 8, 0))
     assert pg.run("Say: ", 64, 0.0, 1.0, 0, None, None, None, 0)["tree"]["lookup"] == 0
+    # dynamic depth: planned with the rest, or given; the tree that ran says which
+    assert pg.run("Say: ", 64, stop_below=0.3)["tree"] == dataclasses.asdict(replace(greedy, stop_below=0.3))
+    for bad in (1.0, -0.1, float("nan"), "x"):
+        with pytest.raises(gr.Error, match="stop below"):
+            pg.run("Say: ", 64, stop_below=bad)
 
 
 def test_tree_sliders_follow_the_temperature_until_the_user_moves_them():
@@ -190,20 +196,21 @@ def test_tree_sliders_follow_the_temperature_until_the_user_moves_them():
     from core.autotree import TreePlan
     from fakes import tiny_stack
 
-    greedy, sampled = TreeConfig(12, 2, 8, 10), TreeConfig(8, 1, 8, 0)
+    greedy, sampled = TreeConfig(12, 4, 8, 10, stop_below=0.2), TreeConfig(8, 1, 8, 0)
     pg, _, _ = make()
     pg.trees = TreePlan(greedy, sampled, "auto")
-    assert pg.planned_tree(0.7, False) == [8, 1, 8, 0]
-    assert pg.planned_tree(0.0, False) == [12, 2, 8, 10]
+    assert pg.planned_tree(0.7, False) == [8, 1, 8, 0, 0.0]
+    assert pg.planned_tree(0.0, False) == [12, 4, 8, 10, 0.2]
     assert all(is_skip(x) for x in pg.planned_tree(0.7, True))  # the user's own tree stays
     assert all(is_skip(x) for x in pg.planned_tree("warm", False))  # odd input changes nothing here
 
     tok, baseline, eagle = tiny_stack()
     demo = build_demo(tok, baseline, eagle, tree=TreePlan(greedy, sampled, "auto"))
     ids = {c.elem_id: c for c in demo.blocks.values() if getattr(c, "elem_id", None)}
-    assert [ids[k].value for k in ("tree-total", "tree-depth", "tree-top-k", "tree-lookup")] == [12, 2, 8, 10]
+    names = ("tree-total", "tree-depth", "tree-top-k", "tree-lookup", "tree-stop-below")
+    assert [ids[k].value for k in names] == [12, 4, 8, 10, 0.2]
     deps = demo.config["dependencies"]
-    sliders = {ids[k]._id for k in ("tree-total", "tree-depth", "tree-top-k", "tree-lookup")}
+    sliders = {ids[k]._id for k in names}
     follow = [d for d in deps if [ids["temperature"]._id, "input"] in [list(t) for t in d["targets"]]]
     assert len(follow) == 1 and set(follow[0]["outputs"]) == sliders
 

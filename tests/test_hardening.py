@@ -29,7 +29,7 @@ from fakes import Paced, ReplayDecoder, baseline_events, tiny_stack  # noqa: E40
 
 PROMPT = "Once upon a time"
 CAP_NEW, CAP_PROMPT = 64, 48
-GOOD = (PROMPT, 8, 0.0, 1.0, 0, 24, 6, 6, 10, "none")
+GOOD = (PROMPT, 8, 0.0, 1.0, 0, 24, 6, 6, 10, "none", 0.0)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def server(tmp_path_factory):
 
 def args(**kw):
     names = ("prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k", "lookup",
-             "compare")
+             "compare", "stop_below")
     return tuple(kw.get(n, v) for n, v in zip(names, GOOD))
 
 
@@ -78,6 +78,9 @@ API_BAD = [
     (args(lookup=-1), "lookup must be between"),
     (args(lookup=65), "lookup must be between"),
     (args(lookup="many"), "context lookup must be a whole number"),
+    (args(stop_below=1.0), "stop below must be between 0 and 0.9"),
+    (args(stop_below=-0.5), "stop below must be between 0 and 0.9"),
+    (args(stop_below="deep"), "stop below must be a number"),
     (args(compare="eagle"), "compare must be one of none, medusa, lookup"),
     (args(compare=3), "compare must be one of"),
     (args(compare="medusa"), r"compare 'medusa' is not available here \(loaded: none\)"),
@@ -163,7 +166,7 @@ def test_handler_rejects_nan_and_inf(field, value):
     tok, baseline, eagle = tiny_stack()
     with pytest.raises(gr.Error, match="finite|whole number|must be"):
         names = ("prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k", "lookup",
-             "compare")
+             "compare", "stop_below")
         Playground(tok, baseline, eagle).run(**dict(zip(names, args(**{field: value}))))
 
 
@@ -425,7 +428,7 @@ def test_api_takes_no_file_paths(server):
     api = server.view_api(print_info=False, return_format="dict")
     params = [p["parameter_name"] for p in api["named_endpoints"]["/run"]["parameters"]]
     assert params == ["prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k",
-                      "lookup", "compare"]  # compare: a COMPARE key, never a path
+                      "lookup", "compare", "stop_below"]  # compare: a COMPARE key, never a path
     assert not any("path" in p or "head" in p or "model" in p for p in params)
 
 

@@ -188,6 +188,23 @@ def test_eagle2_sampling_matches_target_distribution(name, drafter_kind):
 
 
 @pytest.mark.slow
+def test_dynamic_depth_sampling_matches_target_distribution():
+    """A tree whose depth follows the head's confidence (TreeConfig.stop_below) is still a deterministic proposal:
+    the steps that stopped early and the ones that drafted deep together keep the target's distribution."""
+    tgt = target()
+    dec = Eagle2Decoder(tgt, tiny_drafter("eagle", tgt, likely_tokens("T1", 5), seed=3))
+    tree = TreeConfig(12, 2, 5, stop_below=0.6)
+    samples, accepted = draw(dec, "T1", RUNS_EAGLE, tree)
+    assert accepted > RUNS_EAGLE // 2
+    check_matches(samples, "T1")
+    depths = set()  # the head's deepest node per step: both depths occur, so both kinds of step were sampled
+    for seed in range(40):
+        cfg = DecodeConfig(max_new_tokens=N_NEW, sampling=dataclasses.replace(SETTINGS["T1"], seed=seed), tree=tree)
+        depths |= {max((n.depth for n in e.tree if n.source == "head"), default=0) for e in run(dec, PROMPT, cfg)[1]}
+    assert depths - {0} == {1, 2}  # 0: the prefill, or a copy step the lookup chain drafted alone
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SETTINGS))
 def test_baseline_sampling_matches_target_distribution(name):
     samples, _ = draw(BaselineDecoder(target()), name, RUNS_BASE)
