@@ -72,11 +72,21 @@ class Drafter(Protocol):
         """The candidate pool under `root_token` for this step (None: no head drafts; lookup may still graft)."""
 
 
+def unsure(pool: DraftPool, frontier: list[int], tree: TreeConfig) -> bool:
+    """Dynamic depth (TreeConfig.stop_below): whether the best node of the level just drafted (`frontier`, best
+    first) is too unlikely for anything below it to be drafted."""
+    return bool(tree.stop_below) and math.exp(pool.scores[frontier[0]]) < tree.stop_below
+
+
 def grow_beam(pool: DraftPool, level_topk, tree: TreeConfig) -> DraftPool:
     """EAGLE-2's expansion when a level's guesses do not depend on the path (Medusa): level d's top-k
-    (log-probs, tokens) from `level_topk(d)` hang under each of the top_k best nodes of level d - 1."""
+    (log-probs, tokens) from `level_topk(d)` hang under each of the top_k best nodes of level d - 1, and with
+    dynamic depth no level hangs under one whose best node is `unsure` (its rows cost no pass here, but the verify
+    budget then goes to the likelier levels, as for the EAGLE heads)."""
     frontier = [0]
     for d in range(tree.depth):
+        if d and unsure(pool, frontier, tree):
+            break
         got = level_topk(d)
         if got is None:
             break
@@ -202,7 +212,7 @@ class EagleDrafter:
         cols: dict[int, list[int]] = {0: []}  # node -> tree-expansion slots (after st.length) of its fed ancestors
         n_cols = 0
         for level in range(1, tree.depth):
-            if tree.stop_below and math.exp(pool.scores[frontier[0]]) < tree.stop_below:
+            if unsure(pool, frontier, tree):
                 break  # the frontier is best first: no node of this level is likely enough to expand
             ids = torch.tensor([[pool.tokens[n] for n in frontier]], device=root_feat.device)  # (1, k)
             pos = torch.full((len(frontier),), st.length + level - 1, device=root_feat.device)

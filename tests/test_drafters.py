@@ -93,6 +93,16 @@ def test_grow_beam_stops_at_the_last_head():
     assert pool.tokens == [1, 5, 6]
 
 
+def test_grow_beam_stops_below_an_unsure_level():
+    """Dynamic depth for Medusa's path-independent levels: level 2's best node holds exp(-0.2 - 1.5) = 0.18, so with
+    stop_below 0.3 nothing hangs under it; 0.1 lets level 3 grow."""
+    levels = [([-0.2, -2.0], [5, 9]), ([-1.5], [6]), ([-0.1], [7])]
+    grow = lambda stop: grow_beam(DraftPool.rooted(1), lambda d: levels[d] if d < 3 else None,  # noqa: E731
+                                  TreeConfig(10, 6, 2, stop_below=stop))
+    assert max(tree_lib.depths(grow(0.3).parents)) == 2 and max(tree_lib.depths(grow(0.1).parents)) == 3
+    assert max(tree_lib.depths(grow(0.9).parents)) == 1  # level 1's best (0.82) is already under 0.9
+
+
 def test_medusa_propose_reads_the_committed_feature():
     tgt = tiny_target("llama")
     dr = tiny_drafter("medusa", tgt, seed=4)
