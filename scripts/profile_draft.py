@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--questions", required=True, help="MT-bench style jsonl (turns); the first turn of each row")
     ap.add_argument("--prompts", type=int, default=3, help="prompts timed, after one warm-up prompt")
-    ap.add_argument("--tree", default="16,6,8,0", help="total_tokens,depth,top_k,lookup")
+    ap.add_argument("--tree", default="16,6,8,0", help="total_tokens,depth,top_k,lookup[,stop_below]")
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--temperature", type=float, default=0.0, help="0 = greedy; above it, sampled with --seed")
     ap.add_argument("--seed", type=int, default=0)
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         rows = [json.loads(line) for line in Path(a.questions).read_text().splitlines() if line.strip()]
-        tree = TreeConfig(*(int(x) for x in a.tree.split(",")))
+        tree = TreeConfig.parse(a.tree)
         sampling = SamplingConfig(temperature=a.temperature, seed=a.seed)
     except (OSError, ValueError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
