@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("switch", choices=("lazy-rows", "target-kernel", "draft-kernel", "body-route", "packing"))
     ap.add_argument("--values", required=True, help="comma-separated: on,off; kernel names; timed,off,all")
-    ap.add_argument("--tree", action="append", default=None, help="total_tokens,depth,top_k,lookup (repeatable)")
+    ap.add_argument("--tree", action="append", default=None, help="total_tokens,depth,top_k,lookup[,stop_below] (repeatable)")
     ap.add_argument("--baseline", action="store_true", help="also time plain decoding")
     ap.add_argument("--prompts", type=int, default=len(PROMPTS))
     ap.add_argument("--max-new-tokens", type=int, default=64)
@@ -132,8 +132,7 @@ def main(argv: list[str] | None = None) -> int:
               f"body through oneDNN at rows {sorted(packing['off']['target']['onednn_rows'])}", flush=True)
     lanes = {}
     for spec in a.tree or ["16,6,8,0"]:
-        n, d, k, lk = (int(x) for x in spec.split(","))
-        lanes[f"eagle2 {spec}"] = (Eagle2Decoder(target, drafter), TreeConfig(n, d, k, lookup=lk))
+        lanes[f"eagle2 {spec}"] = (Eagle2Decoder(target, drafter), TreeConfig.parse(spec))
     if a.baseline:
         lanes["baseline"] = (BaselineDecoder(target), TreeConfig())
     prompts = [tok(p)["input_ids"] for p in PROMPTS[: a.prompts]]
