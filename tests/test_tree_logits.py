@@ -138,6 +138,8 @@ def test_the_ab_script_forces_one_switch_each_way_on_the_same_model(tmp_path, ca
     out = capsys.readouterr().out
     assert out.count("packing=on") == 2 and out.count("packing=off") == 2 and "without packing:" in out
     assert "identical outputs across values: True" in out
+    assert ab.main(["lazy-rows", "--values", "on,off", "--tree", "6,3,2,0,0.05", *common]) == 0  # dynamic depth
+    assert "identical outputs across values: True" in capsys.readouterr().out
     assert ab.main(["lazy-rows", "--values", "maybe", *common]) == 2
     assert capsys.readouterr().err.strip() == "error: lazy-rows takes on, off"
 
@@ -170,5 +172,7 @@ def test_the_draft_profile_script_reports_a_step_split(tmp_path, capsys):
     assert script.main([*common, "--prompts", "1", "--max-new-tokens", "8", "--tree", "4,1,4,0",
                         "--temperature", "1", "--seed", "3"]) == 0  # sampled decoding profiles the same way
     assert " T=1: " in capsys.readouterr().out
+    assert script.main([*common, "--prompts", "1", "--max-new-tokens", "8", "--tree", "6,3,2,0,0.05"]) == 0
+    assert "tree 6,3,2,0,0.05" in capsys.readouterr().out  # dynamic depth's fifth field
     assert script.main([*common, "--temperature", "-1"]) == 2
     assert capsys.readouterr().err.strip().startswith("error: temperature")
