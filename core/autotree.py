@@ -6,8 +6,9 @@ with a large, deep tree records every step's node scores and depths; a tree of d
 cut at level d' and reranked, so for every (N, d') the planner (`plan_tree`, pure) predicts
     tokens per step = 1 + c * E[sum of the top N-1 exp(scores) among nodes of depth <= d'] (+ lookup's tokens)
     ms per step     = draft ms * d'/depth + verify ms(N + lookup nodes)
-and keeps the fastest tokens/ms. Dynamic depth (TreeConfig.stop_below) is planned the same way: a step whose best
-node at some level falls under the threshold keeps only the nodes above that level and pays for the levels drafted. c rescales predicted to observed acceptance; verify ms(N) is timed on this machine.
+and keeps the fastest tokens/ms. c rescales predicted to observed acceptance; verify ms(N) is timed on this machine.
+Dynamic depth (TreeConfig.stop_below) is planned the same way: a step whose best node at some level falls under the
+threshold keeps only the nodes down to that level and pays for the levels it drafted.
 N = 1 is the root alone: no head pass, so no draft cost. With lookup off that is plain decoding, which the planner
 picks where no tree pays for its verify width (on one AVX2 CPU a 2-token verify of a 0.5B target cost 1.7x its
 one-token step, so every tree there ran slower than no tree at all); a greedy run that keeps lookup gets the chain
