@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The shipped Gemma 3 270M draft head, from nothing: ten data rounds of `python -m core.train` (rounds 1-7, 9-11).
+# The shipped Gemma 3 270M draft head, from nothing: eleven data rounds of `python -m core.train` (rounds 1-7, 9-12).
 # Every stage resumes from its --out folder, so an interrupted run continues where it stopped.
 # Round 1: 2,880 short prompts and text passages (prompts cut at 320 tokens), trained from scratch.
 # Round 2: every training prompt of at least 1,500 characters kept whole (passages and documents with their
@@ -31,6 +31,10 @@
 # Round 11: 52 English shards drawn with seed 14 from the prompts rounds 9 and 10 did not use (--exclude-shards), 70 %
 #          of the batches sampled at T=1 (1.13M tokens, 0.67M generated; all rounds now 9.25M, 5.43M generated);
 #          round 10's head fine-tuned one epoch on them beside round 9's English and German shards (2.5M tokens).
+# Round 12: the training prompts are nearly used up (rounds 9-11 continued about 13,400 of 14,308), so the target
+#          samples new continuations (T=1, every batch) of prompts rounds 9-10 continued mostly greedily: 52 shards
+#          drawn with seed 15, leaving out round 11's prompts (1.05M tokens, 0.66M generated; all rounds now 10.30M,
+#          6.09M generated); round 11's head fine-tuned one epoch on them beside round 10's English and round 9's German.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m core.train --out runs/gemma-3-270m --head-out runs/gemma-3-270m/head \
@@ -107,8 +111,16 @@ python -m core.train --head-type eagle --out runs/g11-data --data-only \
   --n-prompts 14000 --n-text 0 --max-shards 52 --batch 96 --max-prompt 512 --new-tokens 160 \
   --sample-share 0.7 --prefill-share 0.0 --seed 14 --exclude-shards runs/g9-data/shards \
   --exclude-shards runs/g10-data/shards
-python -m core.train --head-type eagle --out runs/gemma-3-270m-r11 --head-out static/heads/gemma-3-270m \
+python -m core.train --head-type eagle --out runs/gemma-3-270m-r11 --head-out runs/gemma-3-270m-r11/head \
   --init runs/gemma-3-270m-r10/head --skip-data --extra-shards runs/g11-data/shards --extra-shards runs/g9-data/shards \
   --extra-shards runs/g9-de/shards --n-prompts 1 --n-text 0 --epochs 1 --ttt-steps 2 --lr 5e-4 \
   --p-weight 0.5 --tokens-per-batch 4096 --max-len 768 --draft-vocab 16384 --eval-per-category 2 --eval-max-new 64 \
   --seed 14
+python -m core.train --head-type eagle --out runs/g12-data --data-only \
+  --n-prompts 14000 --n-text 0 --max-shards 52 --batch 96 --max-prompt 512 --new-tokens 160 \
+  --sample-share 1.0 --prefill-share 0.0 --seed 15 --exclude-shards runs/g11-data/shards
+python -m core.train --head-type eagle --out runs/gemma-3-270m-r12 --head-out static/heads/gemma-3-270m \
+  --init runs/gemma-3-270m-r11/head --skip-data --extra-shards runs/g12-data/shards --extra-shards runs/g10-data/shards \
+  --extra-shards runs/g9-de/shards --n-prompts 1 --n-text 0 --epochs 1 --ttt-steps 2 --lr 5e-4 \
+  --p-weight 0.5 --tokens-per-batch 4096 --max-len 768 --draft-vocab 16384 --eval-per-category 2 --eval-max-new 64 \
+  --seed 15
