@@ -89,6 +89,7 @@ def as_float(name: str, value: object) -> float:
 
 
 def fraction(name: str, value: float, high: float) -> float:
+    """A probability threshold in [0, high] (the slider's range), else ValueError with the range."""
     if not 0.0 <= value <= high:  # also refuses NaN
         raise ValueError(f"{name} must be between 0 and {high:g}, got {value:g}")
     return value
