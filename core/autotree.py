@@ -154,13 +154,15 @@ def stop_depth(step: tuple[tuple[float, int], ...], depth: int, stop: float) -> 
     """The levels a grow of `depth` drafts at a step whose head nodes were `step` ((exp(score), depth) each) with
     dynamic depth `stop` (TreeConfig.stop_below): it goes one level deeper while the best node of the last level
     holds at least `stop` (core/drafter.py)."""
+    if not stop:
+        return depth
     best: dict[int, float] = {}
     for v, d in step:
         best[d] = max(best.get(d, 0.0), v)
     reached = 1
-    while reached < depth and stop and best.get(reached, 0.0) >= stop:
+    while reached < depth and best.get(reached, 0.0) >= stop:
         reached += 1
-    return depth if not stop else reached
+    return reached
 
 
 def interpolate(profile: dict[int, float], n: float) -> float:

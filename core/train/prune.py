@@ -23,8 +23,9 @@ from pathlib import Path
 import torch
 
 
-def shard_token_counts(dirs: list[Path], vocab: int) -> torch.Tensor:
-    """(vocab,) token frequencies over every shard_*.safetensors in `dirs`, reading only the ids (not features)."""
+def shard_token_counts(dirs: list[Path], vocab: int, generated: bool = False) -> torch.Tensor:
+    """(vocab,) token frequencies over every shard_*.safetensors in `dirs`, reading only the ids (not features);
+    with `generated`, only the tokens the target wrote (each sequence's last `generated[i]` ids)."""
     from safetensors import safe_open
 
     counts = torch.zeros(vocab, dtype=torch.long)
@@ -35,8 +36,14 @@ def shard_token_counts(dirs: list[Path], vocab: int) -> torch.Tensor:
         for path in paths:
             with safe_open(str(path), "pt") as f:
                 ids = f.get_tensor("ids").long()
+                if generated:  # keep each sequence's tail the target wrote; prefilled text has none
+                    gen = f.get_tensor("generated").long() if "generated" in f.keys() else None
+                    ends = f.get_tensor("offsets").long()[1:]
             if len(ids) and int(ids.max()) >= vocab:
                 raise ValueError(f"{path} holds token ids beyond the head's vocabulary ({vocab:,}): another model's data")
+            if generated:
+                ids = torch.cat([ids[e - g:e] for e, g in zip(ends.tolist(), gen.tolist()) if g]) \
+                    if gen is not None and int(gen.sum()) else ids[:0]
             counts += torch.bincount(ids, minlength=vocab)
     return counts
 
