@@ -100,3 +100,19 @@ def test_prune_commands_parse(where, argv):
 
 def test_the_shipped_recipes_prune_a_head():
     assert PRUNES, "the SmolLM2 recipe gives its full-vocabulary head an inference vocabulary"
+
+
+REVOCABS = [(p.name, argv) for p in RECIPES for argv in commands(p.read_text(encoding="utf-8"), "core.train.revocab")]
+REVOCABS += [(name, argv) for name, text in DOCS for argv in commands(text, "core.train.revocab")]
+
+
+@pytest.mark.parametrize("where,argv", REVOCABS, ids=[f"{w}-{i}" for i, (w, _) in enumerate(REVOCABS)])
+def test_revocab_commands_parse(where, argv):
+    from core.train import revocab
+
+    a = revocab.parse_args(argv)
+    assert a.size >= 1 and a.shards and a.head and a.out, (where, argv)
+
+
+def test_the_readme_reruns_its_vocabulary_measurement():
+    assert REVOCABS, "README's measurement of a re-chosen draft vocabulary names the commands that made its heads"
