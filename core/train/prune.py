@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -91,15 +92,21 @@ def prune(head_dir: Path, shard_dirs: list[Path], size: int) -> dict:
     return record
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
+def report(work: Callable[[], dict]) -> int:
+    """Run a vocabulary command's `work` as a CLI: its record as one JSON line and status 0, or one `error:` line on
+    stderr and status 1 (bad folders, shards and sizes alike)."""
     try:
-        record = prune(Path(a.head), [Path(d) for d in a.shards], a.size)
-    except Exception as e:  # noqa: BLE001 - bad folders, shards and sizes all end as one line and status 1
+        record = work()
+    except Exception as e:  # noqa: BLE001 - every failure ends as one line and status 1
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 1
     print(json.dumps(record))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    return report(lambda: prune(Path(a.head), [Path(d) for d in a.shards], a.size))
 
 
 if __name__ == "__main__":

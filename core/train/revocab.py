@@ -95,14 +95,10 @@ def revocab(head_dir: Path, shard_dirs: list[Path], size: int, keep: bool, out_d
 
 
 def main(argv: list[str] | None = None) -> int:
+    from core.train.prune import report
+
     a = parse_args(argv)
-    try:
-        record = revocab(Path(a.head), [Path(d) for d in a.shards], a.size, a.keep, Path(a.out))
-    except Exception as e:  # noqa: BLE001 - bad folders, shards and sizes all end as one line and status 1
-        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 1
-    print(json.dumps(record))
-    return 0
+    return report(lambda: revocab(Path(a.head), [Path(d) for d in a.shards], a.size, a.keep, Path(a.out)))
 
 
 if __name__ == "__main__":
