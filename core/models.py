@@ -83,7 +83,8 @@ class TargetModel:
             kv_cache.crop(cache, prefix)
 
         try:
-            return kernels.body_choice(forward, sizes)
+            # 5 rounds, not 2: in processes started right after a heavy job, 2 rounds dropped a size now and then
+            return kernels.body_choice(forward, sizes, rounds=5)
         finally:
             kv_cache.free(cache)
 
