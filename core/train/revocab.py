@@ -7,7 +7,9 @@ counts the tokens the target generated in the given shards (the text a head draf
 break ties), takes the `size` most frequent (with `--keep`, the head's current ids plus the most frequent it lacks),
 and writes the head with that vocabulary to `--out`; the other files of the folder are copied and the training card
 records the change. The output of decoding never changes, only which drafts can be right; a larger vocabulary costs
-a larger draft LM head on every level.
+a larger draft LM head on every level. Measured on the default head (README, "Round 13"): raising the share of the
+race's output inside the vocabulary from 93 % to 96 % left τ where it was, so a re-chosen vocabulary is worth trying
+on a head whose vocabulary came from other text, not as a routine step.
 
     python -m core.train.revocab --head runs/gemma-3-270m-r13/head --shards runs/g13-data/shards \\
         --shards runs/g12-data/shards --size 24576 --keep --out runs/gemma-3-270m-r13/head-24k
