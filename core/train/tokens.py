@@ -1,0 +1,162 @@
+"""A round's training data as token ids only: packed small enough to commit, rebuilt into feature shards later.
+
+Generating a round's answers is the expensive part of making a head (hours on a 2-core CPU); its features are not:
+one teacher-forced forward over the stored sequences recomputes them (`data.features`, several times faster than
+generation). So every round keeps, in git, what the target wrote: `tokens.safetensors.xz`, an xz-compressed
+safetensors file with the concatenated ids (int32), the sequence offsets, tokens generated per sequence and whether
+each was sampled, plus `round.json` (model, prompt file and its sha256, the generation settings, counts). About one
+byte a token on chat answers. A later session, on a machine where runs/ is gone, rebuilds the shards with
+
+    python -m core.train.tokens rebuild data/tokens/MODEL/ROUND --out runs/ROUND/shards
+
+and trains on them with `python -m core.train ... --skip-data --extra-shards runs/ROUND/shards`.
+
+Features from a teacher-forced forward equal the ones generation computed up to the order kernels sum in (one
+forward over the whole sequence instead of one token at a time), which training does not mind.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import lzma
+import sys
+import time
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load as load_bytes
+from safetensors.torch import save as save_bytes
+from safetensors.torch import save_file
+
+PACKED = "tokens.safetensors.xz"
+CARD = "round.json"
+
+
+def read_shard_ids(path: Path) -> tuple[list[list[int]], list[int]]:
+    """One feature shard's sequences (ids) and tokens generated per sequence; the features stay on disk."""
+    with safe_open(str(path), "pt") as sh:
+        ids, off = sh.get_tensor("ids"), sh.get_tensor("offsets").tolist()
+        gen = sh.get_tensor("generated").tolist() if "generated" in sh.keys() else [0] * (len(off) - 1)
+    return [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])], gen
+
+
+def pack(seqs: list[list[int]], generated: list[int], sampled: list[bool]) -> bytes:
+    """Sequences (prompt + continuation ids), tokens generated per sequence and its sampling flag -> xz bytes."""
+    if not (len(seqs) == len(generated) == len(sampled)):
+        raise ValueError("seqs, generated and sampled must have one entry per sequence")
+    lens = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+    tensors = {"ids": torch.tensor([t for s in seqs for t in s], dtype=torch.int32),  # (N,)
+               "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)]),  # (S + 1,)
+               "generated": torch.tensor(generated, dtype=torch.long),  # (S,)
+               "sampled": torch.tensor(sampled, dtype=torch.bool)}  # (S,)
+    return lzma.compress(save_bytes(tensors), preset=9)
+
+
+def unpack(blob: bytes) -> tuple[list[list[int]], list[int], list[bool]]:
+    """The inverse of pack()."""
+    d = load_bytes(lzma.decompress(blob))
+    off = d["offsets"].tolist()
+    ids = d["ids"]
+    return [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])], d["generated"].tolist(), d["sampled"].tolist()
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def pack_round(shards: Path, out: Path, settings: dict) -> dict:
+    """Pack every shard in `shards` (a core.train run's OUT/shards) into out/; returns the card written.
+
+    `settings` records how the data was made (model, prompt file, seed, sample share, ...); a shard's sampling flag
+    is the one the run drew for it, `random.Random(seed + i).random() < sample_share` (core/train/data.py).
+    """
+    import random  # the same draw build_shards made
+
+    seqs, gen, sampled, files = [], [], [], sorted(shards.glob("shard_*.safetensors"))
+    if not files:
+        raise ValueError(f"{shards}: no shard_*.safetensors there")
+    for path in files:
+        i = int(path.stem.split("_")[1])
+        s, g = read_shard_ids(path)
+        draw = random.Random(settings["seed"] + i).random() < settings["sample_share"] if any(g) else False
+        seqs += s
+        gen += g
+        sampled += [draw] * len(s)
+    out.mkdir(parents=True, exist_ok=True)
+    blob = pack(seqs, gen, sampled)
+    (out / PACKED).write_bytes(blob)
+    card = {**settings, "shards": len(files), "sequences": len(seqs), "tokens": sum(map(len, seqs)),
+            "generated": sum(gen), "sampled_sequences": sum(sampled), "packed_bytes": len(blob),
+            "bytes_per_token": round(len(blob) / max(1, sum(map(len, seqs))), 3)}
+    (out / CARD).write_text(json.dumps(card, indent=1) + "\n")
+    return card
+
+
+def rebuild(folder: Path, out: Path, target, rows_per_shard: int = 96) -> dict:
+    """Feature shards (the layout core/train/data.py writes) from a packed round, by teacher-forced forwards.
+
+    Resumes like data generation: a shard already on disk is skipped.
+    """
+    from core.train.data import features
+
+    seqs, gen, _ = unpack((folder / PACKED).read_bytes())
+    out.mkdir(parents=True, exist_ok=True)
+    t0, done = time.time(), 0
+    for k in range(0, len(seqs), rows_per_shard):
+        path = out / f"shard_{k // rows_per_shard:05d}.safetensors"
+        if path.exists():
+            continue
+        part = features(target, seqs[k : k + rows_per_shard])
+        lens = torch.tensor([len(s[0]) for s in part], dtype=torch.long)
+        save_file({"ids": torch.tensor([t for s in part for t in s[0]], dtype=torch.int32),
+                   "feat": torch.cat([s[1] for s in part]).contiguous(),
+                   "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)]),
+                   "generated": torch.tensor(gen[k : k + rows_per_shard], dtype=torch.long)},
+                  str(path.with_suffix(".tmp")))
+        path.with_suffix(".tmp").rename(path)
+        done += int(lens.sum())
+    secs = time.time() - t0
+    return {"sequences": len(seqs), "tokens_rebuilt": done, "seconds": round(secs, 1),
+            "tokens_per_s": round(done / secs, 1) if done and secs else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m core.train.tokens", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    pk = sub.add_parser("pack", help="pack a run's shards into a committed token folder")
+    pk.add_argument("shards", type=Path, help="a core.train run's OUT/shards")
+    pk.add_argument("out", type=Path, help="e.g. data/tokens/qwen2.5-coder-0.5b-instruct/r5")
+    pk.add_argument("--settings", required=True, type=Path,
+                    help="JSON of how the data was made (model, prompts, seed, sample_share, new_tokens, ...)")
+    rb = sub.add_parser("rebuild", help="recompute feature shards from a packed round")
+    rb.add_argument("folder", type=Path)
+    rb.add_argument("--out", required=True, type=Path, help="where the feature shards go (e.g. runs/q5/shards)")
+    rb.add_argument("--dtype", default="auto")
+    a = p.parse_args(argv)
+    try:
+        if a.cmd == "pack":
+            settings = json.loads(a.settings.read_text())
+            for key in ("seed", "sample_share"):
+                if key not in settings:
+                    raise ValueError(f"--settings must give '{key}'")
+            print(json.dumps(pack_round(a.shards, a.out, settings), indent=1))
+        else:
+            from core.models import load_target
+
+            card = json.loads((a.folder / CARD).read_text())
+            target, _ = load_target(card["model"], dtype=a.dtype)
+            print(json.dumps(rebuild(a.folder, a.out, target), indent=1))
+    except (OSError, ValueError, KeyError) as e:
+        print(f"[core.train.tokens] error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
