@@ -6,11 +6,43 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 
+ENV_PREFIX = "EAGLE_"
+TRUE, FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def env_name(flag: str) -> str:
+    """--max-new-tokens-cap -> EAGLE_MAX_NEW_TOKENS_CAP: every flag's environment variable (a Space sets these)."""
+    return ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
+
+
+def env_args(parser: argparse.ArgumentParser, environ=os.environ) -> list[str]:
+    """The flags set through environment variables, as command-line words placed before the real ones (so the
+    command line wins and each value is checked like the flag's own); an on/off flag takes 1/true/yes/on or
+    0/false/no/off."""
+    words = []
+    for action in parser._actions:
+        flags = [f for f in action.option_strings if f.startswith("--") and f != "--help"]
+        value = environ.get(env_name(flags[0])) if flags else None
+        if value is None:
+            continue
+        if action.nargs == 0:  # store_true
+            if value.strip().lower() not in TRUE + FALSE:
+                parser.error(f"{env_name(flags[0])}={value!r}: use 1/true/yes/on or 0/false/no/off")
+            words += [flags[0]] if value.strip().lower() in TRUE else []
+        else:
+            words += [flags[0], value]
+    return words
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="EAGLE Playground: baseline vs EAGLE-2 decoding side by side")
+    p = argparse.ArgumentParser(description="EAGLE Playground: baseline vs EAGLE-2 decoding side by side",
+                                epilog="Every flag can also be set by an environment variable: EAGLE_ and the flag's "
+                                       "name in capitals, e.g. EAGLE_TREE=auto, EAGLE_MAX_NEW_TOKENS_CAP=512, "
+                                       "EAGLE_SHARE=1 (the command line wins; docs/usage.md).")
     p.add_argument("--model", default=None, help="target model: 'gemma-3-270m' (default), a local folder or hub id")
     p.add_argument("--head", default=None, help="EAGLE draft-head folder (default: the one shipped for the model)")
     p.add_argument("--medusa-head", default=None, help="Medusa head folder for the token-level lane (default: shipped)")
@@ -28,7 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tree", default=None, help="'auto': measure this machine at start-up and plan one tree for greedy and one for sampled requests; or T,D,K[,L[,S]] for all (S: dynamic depth's stop_below)")
     p.add_argument("--prompt-mode", default="auto", choices=["auto", "raw", "chat"], help="auto: chat if templated")
     p.add_argument("--system", default=None, help="system prompt for chat mode")
-    args = p.parse_args(argv)
+    args = p.parse_args(env_args(p) + (sys.argv[1:] if argv is None else list(argv)))
     if min(args.max_new_tokens_cap, args.max_prompt_tokens, args.queue_size) < 1:
         p.error("--max-new-tokens-cap, --max-prompt-tokens and --queue-size must be at least 1")
     if not 0 < args.request_seconds < float("inf"):
