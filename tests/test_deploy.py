@@ -87,3 +87,49 @@ def test_bad_input_is_one_line(capsys, argv):
     assert ds.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("scripts.deploy_space: error:")
+
+
+def test_deploy_creates_the_space_and_uploads_exactly_the_plan(monkeypatch, capsys):
+    """Without the network: a recording HfApi stands in for the Hub; the Space is created with the gradio SDK and the
+    hardware's id, variables are set, and one upload_folder commit carries the planned files (the written README and
+    requirements included) and deletes what it does not carry."""
+    import types
+    from pathlib import Path
+
+    import huggingface_hub
+
+    calls = {}
+
+    class Api:
+        def __init__(self, token=None):
+            calls["token"] = token
+
+        def create_repo(self, repo_id, **kw):
+            calls["create"] = (repo_id, kw)
+            return f"https://huggingface.co/spaces/{repo_id}"
+
+        def get_space_runtime(self, repo_id):
+            return types.SimpleNamespace(hardware="zero-a10g", requested_hardware="zero-a10g")
+
+        def request_space_hardware(self, repo_id, hardware):
+            calls["hardware"] = hardware
+
+        def add_space_variable(self, repo_id, key, value):
+            calls.setdefault("vars", {})[key] = value
+
+        def upload_folder(self, repo_id, folder_path, repo_type, delete_patterns, commit_message):
+            root = Path(folder_path)
+            calls["uploaded"] = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+            calls["delete"], calls["repo_type"] = delete_patterns, repo_type
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", Api)
+    assert ds.main(["me/eagle", "--hardware", "zero-gpu", "--var", "EAGLE_TREE=auto", "--token", "t"]) == 0
+    repo, kw = calls["create"]
+    assert repo == "me/eagle" and kw["repo_type"] == "space" and kw["space_sdk"] == "gradio"
+    assert kw["space_hardware"] == "zero-a10g" and kw["exist_ok"] and "hardware" not in calls
+    assert calls["vars"] == {"EAGLE_TREE": "auto"} and calls["token"] == "t" and calls["repo_type"] == "space"
+    plan = ds.plan("zero-gpu")
+    assert set(calls["uploaded"]) == set(plan) and calls["delete"] == "*"
+    assert calls["uploaded"]["requirements.txt"].decode() == plan["requirements.txt"]
+    assert calls["uploaded"]["app.py"] == (ds.ROOT / "app.py").read_bytes()
+    assert "https://huggingface.co/spaces/me/eagle" in capsys.readouterr().out
