@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from app.env import env_args, env_name
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -69,7 +71,7 @@ def test_every_flag_has_a_documented_variable(clean_env):
     flags = [a.option_strings[0] for a in parser_holder["p"]._actions if a.option_strings[0] != "-h"]
     assert len(flags) >= 17
     usage = (ROOT / "docs" / "usage.md").read_text()
-    missing = [app.env_name(f) for f in flags if f"`{app.env_name(f)}`" not in usage]
+    missing = [env_name(f) for f in flags if f"`{env_name(f)}`" not in usage]
     assert not missing, missing
-    words = app.env_args(parser_holder["p"], {app.env_name("--medusa-head"): "x", app.env_name("--trust-remote-code"): "1"})
+    words = env_args(parser_holder["p"], {env_name("--medusa-head"): "x", env_name("--trust-remote-code"): "1"})
     assert words == ["--medusa-head", "x", "--trust-remote-code"]
