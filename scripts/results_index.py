@@ -144,6 +144,8 @@ def index(results: Path) -> str:
                 what = (f"core.bench: {c.get('model', '?')}, {c.get('dtype', '?')}, T={num(c.get('temperature'), '{:g}')}"
                         f", {c.get('n_prompts', '?')} prompts, methods {', '.join(data['summary'])}; "
                         f"{str(c.get('date', ''))[:10]}")
+            elif isinstance(data, dict) and "bench_commands" in data:
+                what = "scripts/measure_defaults.py: README's table rows, the app's settings and the bench commands"
             elif isinstance(data, dict) and "engine" in data:
                 what = f"scripts/vllm_side.py: {data.get('engine')} {data.get('version', '')} on {data.get('model', '?')}"
             else:

@@ -23,6 +23,7 @@ def test_one_row_per_drafting_method_newest_first(tmp_path):
     (tmp_path / "new.json").write_text(json.dumps(bench("2026-12-03T10:00", 1.0, {
         "eagle2": {"speedup_vs_hf": None, "speedup_vs_baseline": 1.2, "tau": 1.5, "mismatches": None}})))
     (tmp_path / "probe.json").write_text(json.dumps({"pad": 1}))  # not a bench result: no row
+    (tmp_path / "defaults_2026-12-03.json").write_text(json.dumps({"rows": [], "bench_commands": []}))
     rows = [r for r in leaderboard(tmp_path).splitlines()[2:]]
     assert len(rows) == 2
     assert "2026-12-03" in rows[0] and "| 1 |" in rows[0] and "| – | 1.20x |" in rows[0]
@@ -31,6 +32,7 @@ def test_one_row_per_drafting_method_newest_first(tmp_path):
     listing = index(tmp_path)
     assert "| old.json | core.bench: m, bfloat16, T=0, 2 prompts, methods hf, eagle2; 2026-12-01 |" in listing
     assert "| probe.json |" in listing
+    assert "| defaults_2026-12-03.json | scripts/measure_defaults.py:" in listing
 
 
 def test_write_replaces_only_the_marked_block(tmp_path):
