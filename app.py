@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+
+from app.env import env_args
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="EAGLE Playground: baseline vs EAGLE-2 decoding side by side")
+    p = argparse.ArgumentParser(description="EAGLE Playground: baseline vs EAGLE-2 decoding side by side",
+                                epilog="Every flag can also be set by an environment variable: EAGLE_ and the flag's "
+                                       "name in capitals, e.g. EAGLE_TREE=auto, EAGLE_MAX_NEW_TOKENS_CAP=512, "
+                                       "EAGLE_SHARE=1 (the command line wins; docs/usage.md).")
     p.add_argument("--model", default=None, help="target model: 'gemma-3-270m' (default), a local folder or hub id")
     p.add_argument("--head", default=None, help="EAGLE draft-head folder (default: the one shipped for the model)")
     p.add_argument("--medusa-head", default=None, help="Medusa head folder for the token-level lane (default: shipped)")
@@ -28,7 +34,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tree", default=None, help="'auto': measure this machine at start-up and plan one tree for greedy and one for sampled requests; or T,D,K[,L[,S]] for all (S: dynamic depth's stop_below)")
     p.add_argument("--prompt-mode", default="auto", choices=["auto", "raw", "chat"], help="auto: chat if templated")
     p.add_argument("--system", default=None, help="system prompt for chat mode")
-    args = p.parse_args(argv)
+    args = p.parse_args(env_args(p) + (sys.argv[1:] if argv is None else list(argv)))
     if min(args.max_new_tokens_cap, args.max_prompt_tokens, args.queue_size) < 1:
         p.error("--max-new-tokens-cap, --max-prompt-tokens and --queue-size must be at least 1")
     if not 0 < args.request_seconds < float("inf"):
@@ -39,21 +45,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phone-home calls (offline machines)
+    from app import zerogpu  # first: on ZeroGPU `spaces` must be imported before anything touches CUDA
+
+    plan = zerogpu.startup(zerogpu.spaces_module() is not None, args.device, args.dtype, args.tree)
     from app.inputs import Limits
     from app.startup import auto_or_parse, compare_decoders, configure_logging, dtype_note, info_line, warm_up
     from app.ui import build_demo, serve
     from core.pipeline import build_decoders
 
     configure_logging(args.log_level)
+    if plan.note:
+        print(f"[eagle-playground] {plan.note}", flush=True)
     t0 = time.perf_counter()
     print(f"[eagle-playground] loading model {args.model or 'default'}, head {args.head or 'default'} ...", flush=True)
-    target, tok, baseline, eagle = build_decoders(args.model, args.head, args.device, args.dtype,
+    target, tok, baseline, eagle = build_decoders(args.model, args.head, plan.device, plan.dtype,
                                                   trust_remote_code=args.trust_remote_code)
     print(f"[eagle-playground] loaded {target.name} on {target.device} ({dtype_note(target)}) in "
-          f"{time.perf_counter() - t0:.1f} s; warming up ...", flush=True)
+          f"{time.perf_counter() - t0:.1f} s{'; warming up ...' if plan.warm_up else ''}", flush=True)
     compare = compare_decoders(target, args.medusa_head)  # the token-level lanes (Medusa, lookup)
-    warm_up(tok, baseline, eagle, *compare.values())
-    tree = auto_or_parse(args.tree, eagle, tok)
+    if plan.warm_up:
+        warm_up(tok, baseline, eagle, *compare.values())
+    tree = auto_or_parse(plan.tree, eagle, tok)
     demo = build_demo(tok, baseline, eagle, info=info_line(target, eagle, args.head),
                       max_new_tokens=args.max_new_tokens_cap, max_prompt_tokens=args.max_prompt_tokens, tree=tree,
                       prompt_mode=args.prompt_mode, system=args.system,

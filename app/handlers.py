@@ -88,9 +88,15 @@ class Playground:
         self.zero_gpu = spaces is not None
         self._race = self._race_steps  # GPU work; on ZeroGPU wrapped so a GPU is attached for its duration
         if spaces is not None:
-            self._race = spaces.GPU(duration=lambda prompt_ids, cfg, *_: gpu_seconds(cfg.max_new_tokens))(self._race)
+            self._race = spaces.GPU(duration=self._gpu_seconds)(self._race)
 
     # ---------------------------------------------------------------------------------- the device work
+
+    def _gpu_seconds(self, prompt_ids: list[int], cfg: DecodeConfig,
+                     lanes: tuple[str, ...] = ("baseline", "eagle"), *_) -> int:
+        """ZeroGPU's declared duration for one race (same arguments as _race_steps): it follows the request's
+        tokens and lanes, capped by the time budget per request."""
+        return gpu_seconds(cfg.max_new_tokens, len(lanes), self.limits.seconds)
 
     def _race_steps(self, prompt_ids: list[int], cfg: DecodeConfig, lanes: tuple[str, ...] = ("baseline", "eagle"),
                     compare: str = "none", should_stop: Callable[[], bool] | None = None

@@ -10,6 +10,7 @@ import json
 import logging
 from typing import Iterator
 
+from app.zerogpu import gpu_seconds, spaces_module  # noqa: F401  (ZeroGPU's plumbing lives in app/zerogpu.py)
 from core.events import StepEvent, summarize
 
 log = logging.getLogger("eagle_playground.requests")
@@ -64,19 +65,3 @@ def race(gens: dict[str, Iterator[StepEvent]]) -> Iterator[tuple[str, StepEvent]
         yield side, ev
         if ev.finished:
             del live[side]  # the caller closes every generator when the race ends or is closed
-
-
-def gpu_seconds(max_new_tokens: int) -> int:
-    """ZeroGPU reservation for one request (both methods, generous for a 270M-1B target)."""
-    return int(min(300, 20 + 0.12 * max_new_tokens))
-
-
-def spaces_module():
-    """The Hugging Face `spaces` package (ZeroGPU) when installed, else None; imported only when present."""
-    try:
-        import spaces  # type: ignore
-    except ImportError:
-        return None
-    return spaces
-
-

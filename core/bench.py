@@ -77,7 +77,8 @@ class _Parser(argparse.ArgumentParser):
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = _Parser(prog="python -m core.bench", description=__doc__.split("\n")[0])
-    p.add_argument("--questions", required=True, help="Spec-Bench style jsonl (question_id, category, turns)")
+    p.add_argument("--questions", default=os.environ.get("EAGLE_QUESTIONS"),
+                   help="Spec-Bench style jsonl (question_id, category, turns); default $EAGLE_QUESTIONS")
     p.add_argument("--categories", default="", help="comma list of Spec-Bench categories (or MT-bench ones)")
     p.add_argument("--per-category", type=int, default=0, help="first N rows per category in file order")
     p.add_argument("--file-categories", action="store_true",
@@ -153,6 +154,8 @@ def validate(a: argparse.Namespace) -> Plan:
         raise BenchError(f"--max-new-tokens must be >= 1, got {a.max_new_tokens}")
     if a.repeats < 1:
         raise BenchError(f"--repeats must be >= 1, got {a.repeats}")
+    if not a.questions:
+        raise BenchError("no questions file: give --questions FILE.jsonl or set EAGLE_QUESTIONS (docs/usage.md)")
     if not Path(a.questions).is_file():
         raise BenchError(f"questions file {a.questions!r} not found")
     tree = None if a.tree == "auto" else TreeConfig.parse(a.tree)

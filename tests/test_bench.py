@@ -298,6 +298,22 @@ def test_bad_arguments_exit_with_one_line(stack, tmp_path, capsys, extra):
     assert not (tmp_path / "x.json").exists()
 
 
+def test_questions_file_from_the_environment(stack, tmp_path, capsys, monkeypatch):
+    """EAGLE_QUESTIONS stands in for --questions; with neither, one line says how to give the file."""
+    def no_flag(out):  # _args starts with --questions FILE
+        return _args(stack, out, "--methods", "baseline", "--limit", "1")[2:]
+
+    monkeypatch.setenv("EAGLE_QUESTIONS", stack["questions"])
+    assert main(no_flag(tmp_path / "e.json")) == 0, capsys.readouterr().err
+    assert json.loads((tmp_path / "e.json").read_text())["config"]["questions"] == stack["questions"]
+    monkeypatch.delenv("EAGLE_QUESTIONS")
+    capsys.readouterr()
+    assert main(no_flag(tmp_path / "f.json")) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "EAGLE_QUESTIONS" in err, err
+    assert not (tmp_path / "f.json").exists()
+
+
 def _outcome(tokens, margins, tops=None):
     from core.bench import Outcome
 

@@ -241,11 +241,35 @@ def test_zero_gpu_wraps_the_device_work_with_a_duration(monkeypatch):
         return wrap
 
     monkeypatch.setitem(__import__("sys").modules, "spaces", types.SimpleNamespace(GPU=GPU))
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")  # ZeroGPU hardware sets it; `spaces` alone is on every Space
     pg, _, _ = make()
     assert pg.zero_gpu
     assert pg.run("Say: ", 300)["identical"]
     assert seen["duration"] == gpu_seconds(300) and seen["stop"] is None  # flags cannot cross into the worker
     assert gpu_seconds(1024) > gpu_seconds(128) >= 20
+
+
+def test_spaces_installed_without_zero_gpu_keeps_every_limit(monkeypatch):
+    """A CPU Space has `spaces` installed too: without ZeroGPU the race is not wrapped and the decoders still get
+    the stop check (Stop button, client gone, time budget)."""
+    import types
+
+    called = []
+    monkeypatch.setitem(__import__("sys").modules, "spaces",
+                        types.SimpleNamespace(GPU=lambda **k: called.append(k)))
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+    pg, _, _ = make()
+    assert not pg.zero_gpu and not called
+    seen = {}
+    real = pg._race
+
+    def spy(*args):
+        seen["stop"] = args[4]
+        return real(*args)
+
+    pg._race = spy
+    assert pg.run("Say: ", 8)["identical"]
+    assert callable(seen["stop"])
 
 
 def test_tree_flag_keeps_defaults_parses_or_measures():

@@ -1,0 +1,65 @@
+"""scripts/results_index.py: the leaderboard and the file index built from bench JSON files, and results/ staying
+data (no HTML pages, under 10 MB)."""
+import json
+import subprocess
+from pathlib import Path
+
+from scripts.results_index import BEGIN, END, index, leaderboard, main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench(date: str, t: float, summary: dict) -> dict:
+    return {"config": {"date": date, "temperature": t, "model": "m", "dtype": "bfloat16", "n_prompts": 2,
+                       "machine": {"cpu": "AMD EPYC · avx2"}, "head": "static/heads/m",
+                       "tree": {"total_tokens": 16, "depth": 5, "top_k": 4, "lookup": 10, "stop_below": 0.0}},
+            "per_prompt": [], "summary": summary}
+
+
+def test_one_row_per_drafting_method_newest_first(tmp_path):
+    (tmp_path / "old.json").write_text(json.dumps(bench("2026-12-01T10:00", 0.0, {
+        "hf": {"speedup_vs_hf": 1.0}, "eagle2": {"speedup_vs_hf": 2.5, "speedup_vs_baseline": 1.9, "tau": 3.1,
+                                                 "mismatches": 2, "unexplained_mismatches": 0}})))
+    (tmp_path / "new.json").write_text(json.dumps(bench("2026-12-03T10:00", 1.0, {
+        "eagle2": {"speedup_vs_hf": None, "speedup_vs_baseline": 1.2, "tau": 1.5, "mismatches": None}})))
+    (tmp_path / "probe.json").write_text(json.dumps({"pad": 1}))  # not a bench result: no row
+    (tmp_path / "defaults_2026-12-03.json").write_text(json.dumps({"rows": [], "bench_commands": []}))
+    rows = [r for r in leaderboard(tmp_path).splitlines()[2:]]
+    assert len(rows) == 2
+    assert "2026-12-03" in rows[0] and "| 1 |" in rows[0] and "| – | 1.20x |" in rows[0]
+    assert "2.50x | 1.90x | 3.10 | 2 (0) |" in rows[1] and "16,5,4,10" in rows[1] and "AMD EPYC · avx2" in rows[1]
+    assert "[old.json](../results/old.json)" in rows[1]
+    listing = index(tmp_path)
+    assert "| old.json | core.bench: m, bfloat16, T=0, 2 prompts, methods hf, eagle2; 2026-12-01 |" in listing
+    assert "| probe.json |" in listing
+    assert "| defaults_2026-12-03.json | scripts/measure_defaults.py:" in listing
+
+
+def test_write_replaces_only_the_marked_block(tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "a.json").write_text(json.dumps(bench("2026-12-01", 0.0, {"eagle2": {"tau": 2.0}})))
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"intro\n{BEGIN}\nstale\n{END}\noutro\n")
+    assert main(["--results", str(tmp_path / "r"), "--write", str(doc)]) == 0
+    text = doc.read_text()
+    assert text.startswith("intro\n") and text.endswith("outro\n") and "stale" not in text and "a.json" in text
+    (tmp_path / "plain.md").write_text("no markers")
+    assert main(["--results", str(tmp_path / "r"), "--write", str(tmp_path / "plain.md")]) == 2
+
+
+def committed_results() -> list[Path]:
+    """results/ as committed (an HTML report written locally on request is ignored by git, so not counted)."""
+    try:
+        out = subprocess.run(["git", "ls-files", "results"], cwd=ROOT, capture_output=True, text=True, check=True,
+                             timeout=60).stdout
+        return [ROOT / line for line in out.splitlines() if (ROOT / line).is_file()]
+    except (OSError, subprocess.SubprocessError):  # an unpacked archive without git: every file counts
+        return [p for p in (ROOT / "results").rglob("*") if p.is_file()]
+
+
+def test_results_hold_data_not_pages():
+    files = committed_results()
+    assert files
+    assert not [p.name for p in files if p.suffix == ".html"]
+    assert sum(p.stat().st_size for p in files) < 10 * 1024 * 1024
+    assert (ROOT / "results" / "INDEX.md").is_file()
