@@ -21,7 +21,8 @@ from conftest import tiny_model
 
 def test_pack_unpack_is_exact():
     seqs = [[1, 2, 3], [151_000, 7], list(range(40))]
-    assert unpack(pack(seqs, [1, 0, 30], [True, False, True])) == (seqs, [1, 0, 30], [True, False, True])
+    assert unpack(pack(seqs, [1, 0, 30], [True, False, True], [0, 0, 4])) == (seqs, [1, 0, 30], [True, False, True],
+                                                                                [0, 0, 4])
 
 
 def test_pack_round_and_rebuild_reproduce_the_run(tmp_path):
@@ -34,7 +35,7 @@ def test_pack_round_and_rebuild_reproduce_the_run(tmp_path):
     card = pack_round(run / "shards", tmp_path / "packed", {"model": str(files["model"]), "seed": 3,
                                                               "sample_share": 0.5})
     assert (tmp_path / "packed" / PACKED).exists() and json.loads((tmp_path / "packed" / CARD).read_text()) == card
-    seqs, gen, sampled = unpack((tmp_path / "packed" / PACKED).read_bytes())
+    seqs, gen, sampled, _ = unpack((tmp_path / "packed" / PACKED).read_bytes())
     want = [d["ids"][a:b].tolist() for d in stored for a, b in zip(d["offsets"][:-1], d["offsets"][1:])]
     assert seqs == want and card["tokens"] == sum(map(len, want))
     assert gen == [g for d in stored for g in d["generated"].tolist()]
@@ -43,17 +44,28 @@ def test_pack_round_and_rebuild_reproduce_the_run(tmp_path):
                        for p, d in zip(shards, stored) for _ in d["generated"]]
 
     target = TargetModel(tiny_model("llama").eval())  # the same seed-0 weights the run generated with, in fp32
-    stats = rebuild(tmp_path / "packed", tmp_path / "rebuilt", target, rows_per_shard=5)
+    stats = rebuild(tmp_path / "packed", tmp_path / "rebuilt", target)
     assert stats["sequences"] == len(want) and stats["tokens_rebuilt"] == card["tokens"]
-    again = [load_file(str(p)) for p in sorted((tmp_path / "rebuilt").glob("shard_*.safetensors"))]
+    rebuilt = sorted((tmp_path / "rebuilt").glob("shard_*.safetensors"))
+    assert [p.name for p in rebuilt] == [p.name for p in shards]  # the run resumes over the rebuilt folder
+    again = [load_file(str(p)) for p in rebuilt]
+    for a, b in zip(again, stored):
+        assert torch.equal(a["ids"], b["ids"]) and torch.equal(a["offsets"], b["offsets"])
     assert torch.equal(torch.cat([d["ids"] for d in again]), torch.cat([d["ids"] for d in stored]))
     assert torch.equal(torch.cat([d["generated"] for d in again]), torch.cat([d["generated"] for d in stored]))
     old, new = torch.cat([d["feat"] for d in stored]).float(), torch.cat([d["feat"] for d in again]).float()
     assert old.shape == new.shape and torch.allclose(old, new, atol=0.05, rtol=0.02)  # bf16 storage rounding
     assert rebuild(tmp_path / "packed", tmp_path / "rebuilt", target)["tokens_rebuilt"] == 0  # resumes: all there
 
+    again_run = tmp_path / "again"  # the round's own command over the rebuilt shards writes no shard again
+    (again_run).mkdir()
+    (tmp_path / "rebuilt").rename(again_run / "shards")
+    assert train_main(args(files, again_run, 1) + ["--data-only", "--sample-share", "0.5", "--seed", "3"]) == 0
+    assert sorted(p.name for p in (again_run / "shards").iterdir()) == [p.name for p in shards]
+    assert '"generated": 0, "seconds": 0.0' in (again_run / "train.log").read_text()
+
     out = tmp_path / "trained"
-    assert train_main(args(files, out, 1) + ["--skip-data", "--extra-shards", str(tmp_path / "rebuilt")]) == 0
+    assert train_main(args(files, out, 1) + ["--skip-data", "--extra-shards", str(again_run / "shards")]) == 0
     assert json.loads((out / "head" / "training.json").read_text())["data"]["sequences"] == len(want)
 
 

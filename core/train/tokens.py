@@ -42,24 +42,27 @@ def read_shard_ids(path: Path) -> tuple[list[list[int]], list[int]]:
     return [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])], gen
 
 
-def pack(seqs: list[list[int]], generated: list[int], sampled: list[bool]) -> bytes:
-    """Sequences (prompt + continuation ids), tokens generated per sequence and its sampling flag -> xz bytes."""
-    if not (len(seqs) == len(generated) == len(sampled)):
-        raise ValueError("seqs, generated and sampled must have one entry per sequence")
+def pack(seqs: list[list[int]], generated: list[int], sampled: list[bool], shard: list[int]) -> bytes:
+    """Sequences (prompt + continuation ids), per sequence the tokens generated, the sampling flag and the index of
+    the shard it was written to -> xz bytes."""
+    if not (len(seqs) == len(generated) == len(sampled) == len(shard)):
+        raise ValueError("seqs, generated, sampled and shard must have one entry per sequence")
     lens = torch.tensor([len(s) for s in seqs], dtype=torch.long)
     tensors = {"ids": torch.tensor([t for s in seqs for t in s], dtype=torch.int32),  # (N,)
                "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)]),  # (S + 1,)
                "generated": torch.tensor(generated, dtype=torch.long),  # (S,)
-               "sampled": torch.tensor(sampled, dtype=torch.bool)}  # (S,)
+               "sampled": torch.tensor(sampled, dtype=torch.bool),  # (S,)
+               "shard": torch.tensor(shard, dtype=torch.int32)}  # (S,)
     return lzma.compress(save_bytes(tensors), preset=9)
 
 
-def unpack(blob: bytes) -> tuple[list[list[int]], list[int], list[bool]]:
+def unpack(blob: bytes) -> tuple[list[list[int]], list[int], list[bool], list[int]]:
     """The inverse of pack()."""
     d = load_bytes(lzma.decompress(blob))
     off = d["offsets"].tolist()
     ids = d["ids"]
-    return [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])], d["generated"].tolist(), d["sampled"].tolist()
+    return ([ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])], d["generated"].tolist(), d["sampled"].tolist(),
+            d["shard"].tolist())
 
 
 def sha256(path: Path) -> str:
@@ -78,7 +81,7 @@ def pack_round(shards: Path, out: Path, settings: dict) -> dict:
     """
     import random  # the same draw build_shards made
 
-    seqs, gen, sampled, files = [], [], [], sorted(shards.glob("shard_*.safetensors"))
+    seqs, gen, sampled, index, files = [], [], [], [], sorted(shards.glob("shard_*.safetensors"))
     if not files:
         raise ValueError(f"{shards}: no shard_*.safetensors there")
     for path in files:
@@ -88,8 +91,9 @@ def pack_round(shards: Path, out: Path, settings: dict) -> dict:
         seqs += s
         gen += g
         sampled += [draw] * len(s)
+        index += [i] * len(s)
     out.mkdir(parents=True, exist_ok=True)
-    blob = pack(seqs, gen, sampled)
+    blob = pack(seqs, gen, sampled, index)
     (out / PACKED).write_bytes(blob)
     card = {**settings, "shards": len(files), "sequences": len(seqs), "tokens": sum(map(len, seqs)),
             "generated": sum(gen), "sampled_sequences": sum(sampled), "packed_bytes": len(blob),
@@ -98,26 +102,29 @@ def pack_round(shards: Path, out: Path, settings: dict) -> dict:
     return card
 
 
-def rebuild(folder: Path, out: Path, target, rows_per_shard: int = 96) -> dict:
+def rebuild(folder: Path, out: Path, target) -> dict:
     """Feature shards (the layout core/train/data.py writes) from a packed round, by teacher-forced forwards.
 
-    Resumes like data generation: a shard already on disk is skipped.
+    Each shard gets back its own name and sequences, so the run that made the round resumes over the rebuilt
+    folder (rerun its command with --out at the rebuilt run: the planned batches already on disk are skipped).
+    Resumes itself like data generation: a shard already on disk is skipped.
     """
     from core.train.data import features
 
-    seqs, gen, _ = unpack((folder / PACKED).read_bytes())
+    seqs, gen, _, index = unpack((folder / PACKED).read_bytes())
     out.mkdir(parents=True, exist_ok=True)
     t0, done = time.time(), 0
-    for k in range(0, len(seqs), rows_per_shard):
-        path = out / f"shard_{k // rows_per_shard:05d}.safetensors"
+    for i in sorted(set(index)):
+        path = out / f"shard_{i:05d}.safetensors"
+        rows = [k for k, j in enumerate(index) if j == i]
         if path.exists():
             continue
-        part = features(target, seqs[k : k + rows_per_shard])
+        part = features(target, [seqs[k] for k in rows])
         lens = torch.tensor([len(s[0]) for s in part], dtype=torch.long)
         save_file({"ids": torch.tensor([t for s in part for t in s[0]], dtype=torch.int32),
                    "feat": torch.cat([s[1] for s in part]).contiguous(),
                    "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)]),
-                   "generated": torch.tensor(gen[k : k + rows_per_shard], dtype=torch.long)},
+                   "generated": torch.tensor([gen[k] for k in rows], dtype=torch.long)},
                   str(path.with_suffix(".tmp")))
         path.with_suffix(".tmp").rename(path)
         done += int(lens.sum())
