@@ -23,10 +23,12 @@ PLACEHOLDER = '<div class="gen-text placeholder">Press Run to generate.</div>'
 STATE_TTL_S = 1800  # a session's record expires 30 min after its last update (Gradio keeps a closed tab's 1 h)
 
 
-def load_examples() -> list[str]:
-    """Completion-style prompts for a base model (static/examples.json)."""
+def load_examples(mode: str = "chat") -> list[str]:
+    """Example prompts from static/examples.json for the prompt mode: questions a person would ask an assistant
+    (general, coding, maths, writing) for a chat model, completion-style openings for a base model ('raw')."""
     path = STATIC / "examples.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return list(data.get(mode, [])) if isinstance(data, dict) else list(data)
 
 
 def launch_options() -> dict:
@@ -77,7 +79,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
                     trees=trees, compare=compare)
     lim = pg.limits
     tree_defaults = pg.trees.greedy  # the temperature slider starts at 0 (greedy)
-    examples = load_examples() if examples is None else examples
+    examples = load_examples(pg.mode) if examples is None else examples
     note = eagle.note
 
     with gr.Blocks(title="EAGLE Playground") as demo:

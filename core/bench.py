@@ -86,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, required=True)
     p.add_argument("--methods", default="hf,baseline,eagle2", help="comma list of " + ",".join(METHODS))
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--model", default=None, help="target model name, folder or hub id (default gemma-3-270m)")
+    p.add_argument("--model", default=None, help="target model name, folder or hub id (default qwen2.5-coder-0.5b-instruct)")
     p.add_argument("--head", default=None, help="EAGLE head folder (default: the pipeline's default head)")
     p.add_argument("--head-b", default=None, help="a second head folder for eagle2-head-b / eagle2-chain-b")
     p.add_argument("--medusa-head", default=None,

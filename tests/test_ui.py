@@ -80,6 +80,9 @@ def test_static_assets_and_launch_options():
         assert cls in css
     ex = load_examples()
     assert len(ex) >= 6 and all(isinstance(e, str) and e for e in ex)
+    assert all(e.rstrip().endswith(("?", ".")) for e in ex)  # chat (the default model): questions and requests
+    raw = load_examples("raw")  # a base model continues text: completion-style openings
+    assert len(raw) >= 6 and set(raw).isdisjoint(ex)
 
 
 def test_app_py_is_thin_and_import_has_no_side_effects():
