@@ -10,6 +10,8 @@ from pathlib import Path
 
 import gradio as gr
 
+from app.chat import chat_controls
+from app.chat import wire as wire_chat
 from app.handlers import COMPARE, LANE_TITLES, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, OUTPUTS, Limits, Playground
 from app.plots import stats_figure, tree_figure
 from app.state import drop_record
@@ -94,6 +96,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
         gr.Markdown(f"Prompt mode: {mode_text}", elem_id="prompt-mode")
         if note:
             gr.Markdown(f"⚠️ {note}", elem_id="head-note")
+        chat = chat_controls(pg.mode == "chat")  # app/chat.py: the conversation (chat models only)
         with gr.Row(equal_height=True):
             prompt = gr.Textbox(label="Prompt (completion style: the model continues your text)" if pg.mode == "raw"
                                 else "Prompt (a user message to the chat model)", lines=3,
@@ -171,7 +174,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
 
         # ------------------------------------------------------------------------------------ listeners
         inputs = [prompt, max_new, temperature, top_p, seed, total_tokens, depth, top_k, lookup, race_with,
-                  stop_below]  # RunSettings order
+                  stop_below, chat.history]  # RunSettings order
         by_id = {"baseline-output": base_out, "compare-output": compare_out, "eagle-output": eagle_out, "stats": stats,
                  "stats-charts": charts, "draft-tree": tree, "compare-tree": compare_tree, "step-slider": step,
                  "state": state}
@@ -190,7 +193,9 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
 
         race_with.change(show_lanes, [race_with], [compare_col, compare_tree_col, compare_title], queue=False,
                          api_visibility="private")
-        stop.click(pg.finish, [state], outputs, cancels=[run_event], queue=False, api_visibility="private")
+        stop_event = stop.click(pg.finish, [state], outputs, cancels=[run_event], queue=False,
+                                api_visibility="private")
+        wire_chat(chat, tokenizer, run_event, stop_event, state, prompt)
         step.input(pg.show_step, [state, step], [tree, compare_tree], trigger_mode="always_last", show_progress="hidden",
                    api_visibility="private")
         tree_sliders = [total_tokens, depth, top_k, lookup, stop_below]  # RunSettings.TREE_FIELDS order
