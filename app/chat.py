@@ -67,10 +67,11 @@ def toggle_conversation(keep: bool) -> tuple:
 
 
 def wire(controls: ChatControls, tokenizer, run_event, stop_event, state: gr.State, prompt: gr.Textbox) -> None:
-    """Listeners: commit after a run ends and after Stop; reset; the switch."""
+    """Listeners: commit after a run ends and after Stop; reset (the button or the view's own bin); the switch."""
     c = controls
     for event in (run_event, stop_event):
         event.then(lambda record, history: commit(tokenizer, record, history), [state, c.history],
                    [c.history, c.log, prompt], queue=False, api_visibility="private", show_progress="hidden")
     c.reset.click(reset_conversation, [c.keep], [c.history, c.log], queue=False, api_visibility="private")
+    c.log.clear(reset_conversation, [c.keep], [c.history, c.log], queue=False, api_visibility="private")  # its bin
     c.keep.input(toggle_conversation, [c.keep], [c.history, c.log], queue=False, api_visibility="private")
