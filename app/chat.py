@@ -33,7 +33,8 @@ def chat_controls(enabled: bool) -> ChatControls:
     model (`enabled`), and then on by default. Call inside a gr.Blocks context where they should appear."""
     history = gr.State([] if enabled else None, time_to_live=STATE_TTL_S)
     log = gr.Chatbot([], label="Conversation: each turn is raced on this history, which keeps the plain-decoding "
-                     "lane's answer (the target's own)", elem_id="chat-log", height=260, visible=enabled,
+                     "lane's answer (the target's own)", elem_id="chat-log", height=None, min_height=120,
+                     max_height=640, visible=enabled,
                      buttons=[], feedback_options=None, group_consecutive_messages=False)
     with gr.Row(visible=enabled):
         keep = gr.Checkbox(enabled, label="Chat: keep the conversation", elem_id="chat-keep", scale=3,

@@ -100,7 +100,8 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
         with gr.Row(equal_height=True):
             prompt = gr.Textbox(label="Prompt (completion style: the model continues your text)" if pg.mode == "raw"
                                 else "Prompt (a user message to the chat model)", lines=3,
-                                max_lines=12, scale=5, elem_id="prompt", placeholder="Once upon a time",
+                                max_lines=12, scale=5, elem_id="prompt",
+                                placeholder="Once upon a time" if pg.mode == "raw" else "Ask a question",
                                 max_length=lim.prompt_chars)
             with gr.Column(scale=1, min_width=150):
                 run = gr.Button("Run ▶", variant="primary", elem_id="run")
