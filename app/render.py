@@ -259,8 +259,8 @@ def stats_html(base: RunStats, eagle: RunStats, badge: str = "", compare: RunSta
         ("τ (tokens per target forward)", [f"{s.tau:.2f}" for s in lanes]),
         ("mean acceptance length (vLLM)", ["–"] + [f"{mean_acceptance_length(s.steps, s.accepted_drafts):.2f}"
                                                    for s in lanes[1:]]),
-        ("drafts · draft tokens · accepted tokens", ["–"] + [f"{s.steps} · {s.drafted_tokens} · {s.accepted_drafts}"
-                                                             for s in lanes[1:]]),
+        ("drafts · draft tokens · accepted tokens",
+         ["–"] + [f"{s.steps} · {s.drafted_tokens} · {s.accepted_drafts}" for s in lanes[1:]]),
         ("draft / verify / other time", [f"– / {ms(base.verify_s)} / {ms(base.other_s)}"]
          + [f"{ms(s.draft_s)} / {ms(s.verify_s)} / {ms(s.other_s)}" for s in lanes[1:]]),
         ("draft acceptance", ["–"] + [drafted(s) for s in lanes[1:]]),

@@ -1,8 +1,8 @@
 """Assembly shared by the CLI, the app and the benchmark: model and head names -> target, tokenizer, decoders.
 
 Head choice: an explicit folder, else the head the preset registry names for the model (for the default model
-static/heads/qwen2.5-coder-0.5b-instruct) when that folder holds a head,
-else a freshly initialised head (lossless, but its drafts are guesses; Eagle2Decoder.note says so).
+static/heads/qwen2.5-coder-0.5b-instruct) when that folder holds a head, else a freshly initialised head (lossless,
+but its drafts are guesses; Eagle2Decoder.note says so).
 Every user-facing failure (missing or unreadable head, wrong shapes, empty prompt) is a ValueError with one line.
 """
 from __future__ import annotations
@@ -18,8 +18,9 @@ from core.presets import get_preset
 
 
 def default_head(model: str | None) -> Path | None:
-    """The head the preset registry names for the model (the default model's is static/heads/qwen2.5-coder-0.5b-instruct; a hub
-    head downloads on first use), if there is one; None for models outside the registry."""
+    """The head the preset registry names for the model (the default model's is
+    static/heads/qwen2.5-coder-0.5b-instruct; a hub head downloads on first use), if there is one; None for models
+    outside the registry."""
     preset = get_preset(model or DEFAULT_MODEL)
     path = preset.head_path() if preset is not None else None
     return Path(path) if path else None

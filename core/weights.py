@@ -49,7 +49,8 @@ def dense_copy(gguf: str | Path, cache_name: str) -> Path:
 
 
 def default_model_dir() -> Path:
-    """Dense bf16 copy of the packaged Gemma 3 270M GGUF (the gemma-3-270m preset, the base model); built on first use (about a minute) and reused after."""
+    """Dense bf16 copy of the packaged Gemma 3 270M GGUF (the gemma-3-270m preset, the base model); built on first
+    use (about a minute) and reused after."""
     out = cache_root() / "gemma-3-270m-bf16"
     if (out / "config.json").exists() and (out / "model.safetensors").exists():
         return out
