@@ -184,3 +184,23 @@ def test_commit_appends_the_baseline_answer_once_and_reset_clears():
     assert reset_conversation(True)[:2] == ([], []) and reset_conversation(False)[:2] == (None, [])
     assert toggle_conversation(False)[0] is None and toggle_conversation(True)[0] == []
     assert answered([], "x") == [{"role": "assistant", "content": "x"}]
+
+
+def test_the_token_level_lane_races_the_same_conversation():
+    """A third lane (prompt lookup) in a conversation turn decodes the same history as the other two, losslessly."""
+    from conftest import tiny_drafter
+
+    from core.eagle import Eagle2Decoder
+
+    tok, baseline, eagle = tiny_stack()
+    tok.chat_template = TEMPLATE
+    rec = {k: Recording(d) for k, d in (("baseline", baseline), ("eagle", eagle),
+                                         ("lookup", Eagle2Decoder(baseline.target, tiny_drafter("lookup",
+                                                                                                 baseline.target))))}
+    pg = Playground(tok, rec["baseline"], rec["eagle"], compare={"lookup": rec["lookup"]})
+    history = [{"role": "user", "content": "Once upon a time"}, {"role": "assistant", "content": "there was a fox"}]
+    out = pg.run("And then?", 16, compare="lookup", messages=history)
+    expected = encode_messages(tok, history + [{"role": "user", "content": "And then?"}])
+    assert all(r.prompts[-1] == expected for r in rec.values())
+    assert out["identical"] and out["compare_identical"] and out["compare"]["mean_acceptance_length"] >= 1.0
+    assert out["messages"][-1] == {"role": "assistant", "content": out["baseline_text"]}
