@@ -46,13 +46,16 @@ def chat_controls(enabled: bool) -> ChatControls:
 def commit(tokenizer, record: RunRecord | None, history: list | None) -> tuple:
     """After a turn (its end or Stop): (history, conversation view, prompt box). The turn is appended once: only
     when it was asked on exactly this history, so a second call for the same turn, a refused request or chat mode
-    switched off changes nothing (gr.skip())."""
+    switched off changes nothing (gr.skip()); an empty answer is not kept (a history needs text in every turn)."""
     skip = (gr.skip(),) * 3
     if history is None or not isinstance(record, RunRecord) or record.messages is None:
         return skip
     if list(record.messages[:-1]) != list(history):
         return skip
-    answer = tokenizer.decode(list(record.answer_ids), skip_special_tokens=True)
+    ids = list(record.answer_ids) or record.ids("baseline")  # a compact record, or a live one (a cancelled run)
+    answer = tokenizer.decode(ids, skip_special_tokens=True)
+    if not answer.strip():  # nothing to keep (stopped at once, or only an end-of-turn token): the turn is not kept
+        return skip
     new = answered(list(record.messages), answer)
     return new, new, ""
 

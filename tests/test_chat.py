@@ -2,6 +2,8 @@
 panel's commit and reset (app/chat.py), fp32 losslessness on a second turn, and vLLM's metric names in `/run`."""
 from __future__ import annotations
 
+import dataclasses
+
 import gradio as gr
 import pytest
 
@@ -176,6 +178,10 @@ def test_commit_appends_the_baseline_answer_once_and_reset_clears():
     again = commit(tok, record, history)  # Stop and the run's end both commit: the second is a no-op
     assert all(x is gr.skip() or x == gr.skip() for x in again)
     assert commit(tok, record, None) == (gr.skip(),) * 3  # chat mode off: nothing kept
+    live = outs[0][-1]  # the live record (events, no answer_ids yet): a cancelled run's state
+    assert live.answer_ids == () and commit(tok, live, [])[0] == history
+    empty = dataclasses.replace(record, answer_ids=(0,))  # only the end-of-turn token: nothing to keep
+    assert commit(tok, empty, []) == (gr.skip(),) * 3
     outs = list(pg.stream("And of Italy?", 64, 0.0, 1.0, 0, 24, 6, 6, messages=history))
     assert b.calls[-1][0] == list(tok.encode(
         f"[user]Capital of France?[assistant]{ANSWER}[user]And of Italy?[assistant]"))
