@@ -17,7 +17,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 epilog="Every flag can also be set by an environment variable: EAGLE_ and the flag's "
                                        "name in capitals, e.g. EAGLE_TREE=auto, EAGLE_MAX_NEW_TOKENS_CAP=512, "
                                        "EAGLE_SHARE=1 (the command line wins; docs/usage.md).")
-    p.add_argument("--model", default=None, help="target model: 'gemma-3-270m' (default), a local folder or hub id")
+    p.add_argument("--model", default=None, help="a preset (default qwen2.5-coder-0.5b-instruct, a chat model; "
+                   "gemma-3-270m: base model; smollm2-135m-instruct: fast chat), a local folder or hub id")
     p.add_argument("--head", default=None, help="EAGLE draft-head folder (default: the one shipped for the model)")
     p.add_argument("--medusa-head", default=None, help="Medusa head folder for the token-level lane (default: shipped)")
     p.add_argument("--device", default=None, help="cuda | mps | cpu (default: best available)")

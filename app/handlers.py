@@ -36,8 +36,10 @@ from app.startup import auto_or_parse, warm_up  # noqa: F401
 from app.state import RunRecord
 from core.autotree import TreePlan
 from core.config import DecodeConfig, DecodeError
+from core.conversation import answered, check_messages, encode_messages, with_system
 from core.events import StepEvent, summarize
 from core.exactness import Divergence, divergence_of, short_name
+from core.metrics_names import with_serving_names
 from core.pipeline import encode_prompt
 from core.pipeline import prompt_mode as resolve_prompt_mode
 
@@ -177,9 +179,26 @@ class Playground:
         if len(prompt) > self.limits.prompt_chars:  # before strip() or the tokenizer touch a huge prompt
             raise user_error(f"The prompt is {len(prompt)} characters; at most {self.limits.prompt_chars} are "
                              "accepted.", "Prompt too long")
+        st = settings
+        convo = None
+        if st.messages is not None:  # a conversation turn: the history, then this prompt as the new user turn
+            msgs = st.messages
+            if isinstance(msgs, (list, tuple)) and prompt.strip():
+                msgs = [*msgs, {"role": "user", "content": prompt}]
+            try:
+                convo = check_messages(msgs)
+            except ValueError as e:
+                raise user_error(f"Invalid conversation: {e}", "Invalid messages") from None
+            if self.mode != "chat":
+                raise user_error("A conversation needs a chat model; this one takes raw text (no chat template).",
+                                 "Invalid messages")
+            chars = sum(len(m["content"]) for m in convo)
+            if chars > self.limits.prompt_chars:
+                raise user_error(f"The conversation is {chars} characters; at most {self.limits.prompt_chars} are "
+                                 "accepted. Reset it to start again.", "Conversation too long")
+            prompt = convo[-1]["content"]
         if not prompt.strip():
             raise user_error("Enter a prompt first.", "Empty prompt")
-        st = settings
         try:
             tree = self.tree_settings(st.temperature, *(getattr(st, f) for f in RunSettings.TREE_FIELDS))
             cfg = make_config(st.max_new_tokens, st.temperature, st.top_p, st.seed, *tree, cap=self.cap,
@@ -188,7 +207,7 @@ class Playground:
         except ValueError as e:
             raise user_error(str(e), "Invalid setting") from None
         try:
-            ids = self.encode(prompt)
+            ids = self.encode(prompt) if convo is None else encode_messages(self.tok, with_system(convo, self.system))
         except Exception as e:  # noqa: BLE001 - a tokenizer that refuses odd text (e.g. lone surrogates)
             raise user_error(f"The prompt cannot be tokenized: {type(e).__name__}", "Invalid prompt") from None
         if not ids:
@@ -201,7 +220,7 @@ class Playground:
             raise user_error(f"The prompt is {len(ids)} tokens; at most {max(limit, 0)} fit with these settings.",
                              "Prompt too long")
         record = RunRecord(prompt=prompt, prompt_ids=ids, greedy=cfg.sampling.greedy, tree_depth=cfg.tree.depth,
-                           model=self.model, compare_kind=compare)
+                           model=self.model, compare_kind=compare, messages=convo)
         return record, cfg
 
     def tree_settings(self, temperature, total_tokens=None, depth=None, top_k=None, lookup=None,
@@ -259,13 +278,14 @@ class Playground:
     # ---------------------------------------------------------------------------------- UI events
 
     def stream(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
-               lookup=DEFAULT_TREE.lookup, compare="none", stop_below=DEFAULT_TREE.stop_below,
+               lookup=DEFAULT_TREE.lookup, compare="none", stop_below=DEFAULT_TREE.stop_below, messages=None,
                request: gr.Request = None):
         """Run button (the UI's inputs in RunSettings order): stream the lanes as a race. Text refreshes at most
         every text_every s, the draft trees every plot_every s and the charts every charts_every s (plotly
-        re-renders are what costs the browser most)."""
+        re-renders are what costs the browser most). `messages`: the conversation so far in chat mode (app/chat.py),
+        None for a single prompt."""
         settings = RunSettings(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
-                               compare, stop_below)
+                               compare, stop_below, messages)
         record, cfg = self.prepare(settings, endpoint="stream")
         gone = self.client_gone(request, "stream")
         det = {s: Detokenizer(self.tok, record.prompt_ids) for s in record.lanes}
@@ -390,7 +410,7 @@ class Playground:
     def run(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
             seed: int = 0, total_tokens: int | None = None, depth: int | None = None,
             top_k: int | None = None, lookup: int | None = None, compare: str = "none",
-            stop_below: float | None = None, request: gr.Request = None) -> dict:
+            stop_below: float | None = None, messages: list | None = None, request: gr.Request = None) -> dict:
         """Generate `prompt` with plain decoding and EAGLE-2 (and, with `compare` "medusa" or "lookup", a
         token-level drafter as a third lane); return the texts, whether the token ids are identical, each method's
         statistics and the speedup (EAGLE-2 tokens/s over baseline tokens/s). Tree settings left out take the tree
@@ -399,9 +419,14 @@ class Playground:
         ways (index, both top-2 margins, near_tie, tolerance, label, dtype; core/exactness.py), else None. `note`
         says why a run stopped early (the time budget per request), else it is empty. A third lane adds
         `compare_method`, `compare_text`, `compare_token_ids`, `compare_identical`, `compare` (statistics),
-        `compare_speedup` (over baseline) and `eagle_vs_compare` (EAGLE-2 tokens/s over the token-level lane's)."""
+        `compare_speedup` (over baseline) and `eagle_vs_compare` (EAGLE-2 tokens/s over the token-level lane's).
+        `messages` (a list of {role, content}: system first if any, then user and assistant turns) makes this a turn
+        of a conversation: the prompt, when not empty, is appended as the new user turn (else the history's last
+        message must be one), all of it goes through the chat template, and the result's `messages` is the history
+        with the target's own answer (the baseline lane's text) appended: send it back with the next prompt.
+        Each lane's statistics carry vLLM's metric names beside this project's (core/metrics_names.py)."""
         settings = RunSettings(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
-                               compare, stop_below)
+                               compare, stop_below, messages)
         record, cfg = self.prepare(settings, endpoint="run")
         with self.guarded("run", record):
             steps = self._steps(record, cfg, self.client_gone(request, "run"))
@@ -423,19 +448,21 @@ class Playground:
             "greedy": record.greedy,
             "baseline_token_ids": record.ids("baseline"),
             "eagle_token_ids": record.ids("eagle"),
-            "baseline": stats["baseline"].as_dict(),
-            "eagle": stats["eagle"].as_dict(),
+            "baseline": with_serving_names(stats["baseline"].as_dict()),
+            "eagle": with_serving_names(stats["eagle"].as_dict()),
             "speedup": e / b if b else 0.0,
             "tree": dataclasses.asdict(cfg.tree),
             "note": record.note,
         }
+        if record.messages is not None:
+            out["messages"] = answered(record.messages, out["baseline_text"])
         if "compare" in stats:
             c = stats["compare"].tokens_per_s
             out |= {"compare_method": record.compare_kind,
                     "compare_text": self.tok.decode(record.ids("compare"), skip_special_tokens=True),
                     "compare_token_ids": record.ids("compare"),
                     "compare_identical": record.ids("baseline") == record.ids("compare"),
-                    "compare": stats["compare"].as_dict(),
+                    "compare": with_serving_names(stats["compare"].as_dict()),
                     "compare_speedup": c / b if b else 0.0,
                     "eagle_vs_compare": e / c if c else 0.0}
         return out

@@ -37,6 +37,7 @@ class RunSettings:
     lookup: object = None
     compare: object = "none"
     stop_below: object = None  # after compare: positional /run callers of earlier versions keep their meaning
+    messages: object = None  # the conversation before this turn ({role, content} list; core/conversation.py) or None
 
     TREE_FIELDS = ("total_tokens", "depth", "top_k", "lookup", "stop_below")
 

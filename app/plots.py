@@ -182,7 +182,7 @@ def stats_figure(base: RunStats | None, eagle: RunStats | None, compare: RunStat
     """Three panels: accepted-length histogram, acceptance by draft depth (EAGLE-2, and the token-level lane side by
     side when one races), compute-time split per lane."""
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.09, subplot_titles=(
-        "Accepted drafts per step", "Acceptance by depth (P[path reaches d])", "Compute time split"))
+        "Accepted drafts per step", "Per-position acceptance rate (P[path reaches d])", "Compute time split"))
     drafting = [(n, st, c) for n, st, c in ((compare_label or "token-level", compare, "#e45756"),
                                              ("EAGLE-2", eagle, "#4c78a8")) if st is not None]
     show = compare is not None  # a legend only when two drafting lanes share the panels

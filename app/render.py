@@ -15,6 +15,7 @@ from typing import Iterable, Protocol, Sequence
 
 from core.events import RunStats, StepEvent
 from core.exactness import NEAR_TIE_ULPS, Divergence
+from core.metrics_names import mean_acceptance_length
 
 CONTEXT_TOKENS = 16  # prompt tokens decoded in front of the output, so word-initial spaces render as in context
 MAX_DEPTH_CLASS = 12  # style.css defines .d0 .. .d12; deeper drafts share the last colour
@@ -256,6 +257,10 @@ def stats_html(base: RunStats, eagle: RunStats, badge: str = "", compare: RunSta
         ("time to first token", [ms(s.ttft_s) for s in lanes]),
         ("target forward passes", [str(s.target_forwards) for s in lanes]),
         ("τ (tokens per target forward)", [f"{s.tau:.2f}" for s in lanes]),
+        ("mean acceptance length (vLLM)", ["–"] + [f"{mean_acceptance_length(s.steps, s.accepted_drafts):.2f}"
+                                                   for s in lanes[1:]]),
+        ("drafts · draft tokens · accepted tokens",
+         ["–"] + [f"{s.steps} · {s.drafted_tokens} · {s.accepted_drafts}" for s in lanes[1:]]),
         ("draft / verify / other time", [f"– / {ms(base.verify_s)} / {ms(base.other_s)}"]
          + [f"{ms(s.draft_s)} / {ms(s.verify_s)} / {ms(s.other_s)}" for s in lanes[1:]]),
         ("draft acceptance", ["–"] + [drafted(s) for s in lanes[1:]]),
@@ -281,5 +286,7 @@ def stats_html(base: RunStats, eagle: RunStats, badge: str = "", compare: RunSta
         + "".join(f"<th>{_esc(t)}</th>" for t in titles)
         + f"</tr></thead><tbody>{body}</tbody></table>"
         + '<div class="stats-note">Times are compute time measured inside the engine (UI work excluded). '
-        "Acceptance rate counts every drafted tree node, so tree rates look low; τ counts the bonus token.</div>"
+        "Acceptance rate counts every drafted tree node, so tree rates look low; τ counts the bonus token. vLLM's "
+        "names: mean acceptance length = 1 + accepted tokens / drafts (verify steps; τ also counts the prefill "
+        "pass), draft acceptance rate = accepted / draft tokens.</div>"
     )

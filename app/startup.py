@@ -31,7 +31,7 @@ def auto_or_parse(spec: str | None, eagle, tokenizer) -> TreePlan:
 def compare_decoders(target, medusa_head: str | Path | None = None) -> dict:
     """The token-level lanes the UI offers beside EAGLE-2: prompt lookup always (no weights), and a Medusa head when
     a folder is given or the preset registry names one for the loaded target (static/heads/gemma-3-270m-medusa for
-    the default model; looked up by the target's own name, so another model never gets Gemma's head)."""
+    the gemma-3-270m preset; looked up by the target's own name, so another model never gets Gemma's head)."""
     from core.drafter import LookupDrafter
     from core.eagle import Eagle2Decoder
     from core.heads import make_drafter

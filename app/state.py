@@ -65,6 +65,8 @@ class RunRecord:
     note: str = ""  # why the run stopped early (the time budget), shown to the user
     trees: list[PackedTree] = field(default_factory=list)  # only in a compact record
     compare_trees: list[PackedTree] = field(default_factory=list)  # only in a compact record
+    messages: list | None = None  # a conversation turn: the history asked, ending with this user turn (else None)
+    answer_ids: tuple[int, ...] = ()  # only in a compact record of a conversation turn: the baseline lane's ids
 
     @property
     def lanes(self) -> tuple[str, ...]:
@@ -113,7 +115,9 @@ class RunRecord:
         return RunRecord(greedy=self.greedy, tree_depth=self.tree_depth, model=self.model, stop=True,
                          note=self.note, trees=[PackedTree.pack(e) for e in self.eagle if e.tree],
                          compare_kind=self.compare_kind,
-                         compare_trees=[PackedTree.pack(e) for e in self.compare if e.tree])
+                         compare_trees=[PackedTree.pack(e) for e in self.compare if e.tree],
+                         messages=self.messages,
+                         answer_ids=tuple(self.ids("baseline")) if self.messages is not None else ())
 
 
 def drop_record(record: RunRecord | None) -> None:

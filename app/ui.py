@@ -10,6 +10,8 @@ from pathlib import Path
 
 import gradio as gr
 
+from app.chat import chat_controls
+from app.chat import wire as wire_chat
 from app.handlers import COMPARE, LANE_TITLES, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, OUTPUTS, Limits, Playground
 from app.plots import stats_figure, tree_figure
 from app.state import drop_record
@@ -23,10 +25,12 @@ PLACEHOLDER = '<div class="gen-text placeholder">Press Run to generate.</div>'
 STATE_TTL_S = 1800  # a session's record expires 30 min after its last update (Gradio keeps a closed tab's 1 h)
 
 
-def load_examples() -> list[str]:
-    """Completion-style prompts for a base model (static/examples.json)."""
+def load_examples(mode: str = "chat") -> list[str]:
+    """Example prompts from static/examples.json for the prompt mode: questions a person would ask an assistant
+    (general, coding, maths, writing) for a chat model, completion-style openings for a base model ('raw')."""
     path = STATIC / "examples.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return list(data.get(mode, [])) if isinstance(data, dict) else list(data)
 
 
 def launch_options() -> dict:
@@ -77,7 +81,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
                     trees=trees, compare=compare)
     lim = pg.limits
     tree_defaults = pg.trees.greedy  # the temperature slider starts at 0 (greedy)
-    examples = load_examples() if examples is None else examples
+    examples = load_examples(pg.mode) if examples is None else examples
     note = eagle.note
 
     with gr.Blocks(title="EAGLE Playground") as demo:
@@ -92,10 +96,12 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
         gr.Markdown(f"Prompt mode: {mode_text}", elem_id="prompt-mode")
         if note:
             gr.Markdown(f"⚠️ {note}", elem_id="head-note")
+        chat = chat_controls(pg.mode == "chat")  # app/chat.py: the conversation (chat models only)
         with gr.Row(equal_height=True):
             prompt = gr.Textbox(label="Prompt (completion style: the model continues your text)" if pg.mode == "raw"
                                 else "Prompt (a user message to the chat model)", lines=3,
-                                max_lines=12, scale=5, elem_id="prompt", placeholder="Once upon a time",
+                                max_lines=12, scale=5, elem_id="prompt",
+                                placeholder="Once upon a time" if pg.mode == "raw" else "Ask a question",
                                 max_length=lim.prompt_chars)
             with gr.Column(scale=1, min_width=150):
                 run = gr.Button("Run ▶", variant="primary", elem_id="run")
@@ -169,7 +175,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
 
         # ------------------------------------------------------------------------------------ listeners
         inputs = [prompt, max_new, temperature, top_p, seed, total_tokens, depth, top_k, lookup, race_with,
-                  stop_below]  # RunSettings order
+                  stop_below, chat.history]  # RunSettings order
         by_id = {"baseline-output": base_out, "compare-output": compare_out, "eagle-output": eagle_out, "stats": stats,
                  "stats-charts": charts, "draft-tree": tree, "compare-tree": compare_tree, "step-slider": step,
                  "state": state}
@@ -188,7 +194,9 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
 
         race_with.change(show_lanes, [race_with], [compare_col, compare_tree_col, compare_title], queue=False,
                          api_visibility="private")
-        stop.click(pg.finish, [state], outputs, cancels=[run_event], queue=False, api_visibility="private")
+        stop_event = stop.click(pg.finish, [state], outputs, cancels=[run_event], queue=False,
+                                api_visibility="private")
+        wire_chat(chat, tokenizer, run_event, stop_event, state, prompt)
         step.input(pg.show_step, [state, step], [tree, compare_tree], trigger_mode="always_last", show_progress="hidden",
                    api_visibility="private")
         tree_sliders = [total_tokens, depth, top_k, lookup, stop_below]  # RunSettings.TREE_FIELDS order

@@ -5,6 +5,12 @@ python -m core.bench --questions FILE.jsonl [--categories a,b] [--limit N] [--pe
     --methods hf,hf-pld,baseline,eagle2[,eagle2-head,eagle2-chain,lookup,medusa] [--temperature T] [--model M --head H]
     [--tree auto|T,D,K[,L[,S]]] [--head-tree T,D,K[,L[,S]]] [--head-b H2 [--head-tree-b T,D,K[,L[,S]]]] [--medusa-head M]
     [--dtype fp32|bf16] [--device D] [--threads N] [--raw] --json OUT [--html OUT] [--seed S] [--repeats R]
+    [--turns 2] [--specbench-dir DIR]
+
+With --turns 2, each question's second turn is then asked the same way, as the second turn of a conversation that
+holds the baseline's answer to the first (core/bench_turns.py); rows carry `turn`, and `summary_by_turn` has each
+turn's figures. --specbench-dir also writes Spec-Bench's per-method answer files (core/bench_specbench.py); rows carry
+token_ids and accept_lengths (tokens per target forward) for them, and vLLM's metric names beside ours.
 
 Protocol (docs/ARCHITECTURE.md §5): batch 1, the first turn of each question as the prompt, one uncounted warm-up
 generation per method on the first prompt, then per prompt every method back to back in rotating order (prompt i
@@ -56,8 +62,11 @@ from core.config import DecodeConfig, SamplingConfig, TreeConfig
 
 from core.exactness import classify, first_difference
 from core.kernels import cpu_description
+from core.metrics_names import serving_names
 from core.timing import now
 from core.bench_questions import BenchError, read_questions, select_questions  # noqa: F401  (re-exported)
+from core.bench_specbench import write_specbench
+from core.bench_turns import check_turns, rows_of_turn, second_turns
 from core.bench_runners import (  # noqa: F401  (re-exported: tests and scripts import them from here)
     PLD_TOKENS, Digest, Outcome, Runner, Scorer, chain_tree, core_runner, hf_generation_config, hf_runner, hf_scorer,
     make_runners, make_scorers, timed, trim_at_eos, uses_run_tree,
@@ -87,7 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, required=True)
     p.add_argument("--methods", default="hf,baseline,eagle2", help="comma list of " + ",".join(METHODS))
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--model", default=None, help="target model name, folder or hub id (default gemma-3-270m)")
+    p.add_argument("--model", default=None, help="target model name, folder or hub id (default qwen2.5-coder-0.5b-instruct)")
     p.add_argument("--head", default=None, help="EAGLE head folder (default: the pipeline's default head)")
     p.add_argument("--head-b", default=None, help="a second head folder for eagle2-head-b / eagle2-chain-b")
     p.add_argument("--medusa-head", default=None,
@@ -107,6 +116,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default=None, help="cuda | mps | cpu (default: best available)")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--raw", action="store_true", help="feed raw text even when the tokenizer has a chat template")
+    p.add_argument("--turns", type=int, default=1,
+                   help="2: also ask each question's second turn, as the second turn of a conversation holding the "
+                        "baseline's first answer (MT-bench as Spec-Bench and EAGLE run it; needs the method baseline)")
+    p.add_argument("--specbench-dir", default=None,
+                   help="also write Spec-Bench's per-method answer files (<model>-<method>-<dtype>-temp-<T>.jsonl) "
+                        "here, for its evaluation/speed.py and equal.py")
     p.add_argument("--json", required=True, help="where to write the results")
     p.add_argument("--html", default=None, help="optional standalone HTML report")
     p.add_argument("--seed", type=int, default=0, help="sampling seed base (prompt seed = seed + question_id)")
@@ -156,6 +171,7 @@ def validate(a: argparse.Namespace) -> Plan:
         raise BenchError(f"--repeats must be >= 1, got {a.repeats}")
     if not a.questions:
         raise BenchError("no questions file: give --questions FILE.jsonl or set EAGLE_QUESTIONS (docs/usage.md)")
+    check_turns(getattr(a, "turns", 1), methods, a.raw)
     if not Path(a.questions).is_file():
         raise BenchError(f"questions file {a.questions!r} not found")
     tree = None if a.tree == "auto" else TreeConfig.parse(a.tree)
@@ -230,7 +246,9 @@ def make_row(q: dict, method: str, o: Outcome, reference: Outcome | None, dtype:
     if same is False:
         first_diff = first_difference(o.tokens, reference.tokens)
         first_diff = min(n, len(reference.tokens)) if first_diff is None else first_diff
-    row = {"question_id": q["question_id"], "category": q["group"], "method": method, "new_tokens": n,
+    row = {"question_id": q["question_id"], "turn": q.get("turn", 1), "category": q["group"], "method": method,
+           "new_tokens": n, "token_ids": list(o.tokens),
+           "accept_lengths": None if o.step_tokens is None else list(o.step_tokens),
            "seconds": o.seconds, "tokens_per_s": n / o.seconds if o.seconds > 0 else 0.0,
            "target_forwards": o.target_forwards, "tau": n / o.target_forwards if o.target_forwards else None,
            "identical_to_baseline": same, "first_mismatch": first_diff}
@@ -245,6 +263,7 @@ def make_row(q: dict, method: str, o: Outcome, reference: Outcome | None, dtype:
         row.update(steps=o.stats.steps, accepted_drafts=o.stats.accepted_drafts, drafted_tokens=o.stats.drafted_tokens,
                    accept_rate=o.stats.accept_rate, accept_hist=list(o.stats.accept_hist),
                    depth_accept=list(o.stats.depth_accept))
+        row.update(serving_names(row))  # vLLM's names beside ours (core/metrics_names.py)
     return row
 
 
@@ -331,6 +350,7 @@ def machine_config(a: argparse.Namespace, plan: Plan, target, tree: TreeConfig, 
         "protocol": "1 warm-up per method; rotating method order; speedup = ratio of mean tok/s; "
                     "tau = Σ new tokens / Σ target forwards",
         "repeats": a.repeats,  # rounds per prompt, fastest kept
+        "turns": getattr(a, "turns", 1),  # 2: second turns asked on the baseline's first answers (core/bench_turns.py)
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
     }
 
@@ -395,6 +415,21 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
                          draft_vocab_masks(plan.methods, eagle, eagle_b, medusa))
     finally:
         bar.close()
+    if getattr(a, "turns", 1) == 2:  # the second turns, on conversations holding the baseline's first answers
+        questions2, prompts2 = second_turns(questions, rows, tok)
+        if questions2:
+            bar, progress = _progress_bar(len(questions2), plan.methods)
+            try:
+                rows += run_bench(questions2, prompts2, runners, plan.methods, target.device, a.seed, compare,
+                                  progress, make_scorers(plan, target, tok, tree), target.dtype, a.repeats,
+                                  draft_vocab_masks(plan.methods, eagle, eagle_b, medusa))
+            finally:
+                bar.close()
+    if getattr(a, "specbench_dir", None):
+        files, skipped = write_specbench(a.specbench_dir, questions, rows, tok, target.name,
+                                         str(target.dtype).removeprefix("torch."), plan.decode.sampling.temperature)
+        print(f"[bench] Spec-Bench answer files: {', '.join(str(f) for f in files)}"
+              + (f" (not written, no per-step lengths: {', '.join(skipped)})" if skipped else ""), file=sys.stderr)
     head_trained = eagle.drafter.trained
     config = machine_config(a, plan, target, tree, tree_info, loader, len(questions))
     if a.head:
@@ -407,7 +442,9 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
         config["greedy_tree"] = {**asdict(greedy_tree), **greedy_info}
     return {"config": {**config, "head": head, "head_trained": head_trained, "head_b": getattr(a, "head_b", None),
                        "medusa_head": str(medusa_path) if medusa_path else None},
-            "per_prompt": rows, "summary": summarize_rows(rows)}
+            "per_prompt": rows, "summary": summarize_rows(rows),
+            **({"summary_by_turn": {str(t): summarize_rows(rows_of_turn(rows, t)) for t in (1, 2)
+                                    if rows_of_turn(rows, t)}} if getattr(a, "turns", 1) == 2 else {})}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -429,6 +466,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(summary_table(result["summary"]))
     print()
+    for turn, summary in result.get("summary_by_turn", {}).items():
+        print(f"turn {turn} only:")
+        print(summary_table(summary))
+        print()
     print(category_table(result["summary"]))
     print()
     print(acceptance_table(result["summary"]))

@@ -34,6 +34,9 @@ class Outcome:
     stats: RunStats | None = None  # our decoders only
     margins: tuple[float, ...] = ()  # per token: top-1 minus top-2 logit (core/exactness.py); hf: filled on demand
     top_logits: tuple[float, ...] = ()
+    # tokens each target forward produced, in order (Spec-Bench's accept_lengths); None where not observable
+    # (generate() with prompt lookup verifies inside transformers)
+    step_tokens: tuple[int, ...] | None = None
 
 
 Runner = Callable[[list[int], int], object]  # (prompt ids, seed) -> raw output, timed as a whole
@@ -85,9 +88,12 @@ def hf_runner(target: TargetModel, gen_cfg, greedy: bool) -> tuple[Runner, Diges
             hook.remove()
         return out, len(ids), count[0]
 
+    plain = getattr(gen_cfg, "prompt_lookup_num_tokens", None) is None  # one token per forward
+
     def digest(raw, seconds: float) -> Outcome:
         out, n_prompt, forwards = raw
-        return Outcome(trim_at_eos(out[0, n_prompt:].tolist(), target.eos_ids), seconds, forwards)
+        tokens = trim_at_eos(out[0, n_prompt:].tolist(), target.eos_ids)
+        return Outcome(tokens, seconds, forwards, step_tokens=(1,) * len(tokens) if plain else None)
 
     return run, digest
 
@@ -123,7 +129,8 @@ def core_runner(decoder, cfg: DecodeConfig) -> tuple[Runner, Digest]:
     def digest(events, seconds: float) -> Outcome:
         st = summarize(events)
         return Outcome(tuple(t for e in events for t in e.new_token_ids), seconds, st.target_forwards, st,
-                       tuple(m for e in events for m in e.margins), tuple(t for e in events for t in e.top_logits))
+                       tuple(m for e in events for m in e.margins), tuple(t for e in events for t in e.top_logits),
+                       tuple(len(e.new_token_ids) for e in events))
 
     return run, digest
 

@@ -30,7 +30,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     tree = TreeConfig()
     p = _Parser(prog="python -m core.generate", description="Generate with the baseline or EAGLE-2 decoder.")
     p.add_argument("--prompt", required=True, help="prompt text (encoded with the model's tokenizer, BOS added)")
-    p.add_argument("--model", default=None, help="'gemma-3-270m' (default, packaged), a local folder, or a hub id")
+    p.add_argument("--model", default=None,
+                   help="a preset (default qwen2.5-coder-0.5b-instruct; gemma-3-270m is the base model), a local "
+                        "folder, or a hub id")
     p.add_argument("--head", default=None,
                    help="EAGLE-1/2 or EAGLE-3 head folder; default: the head the model's preset names (static/heads/ "
                         "for the default model and the offline presets), else a freshly initialised (untrained) head")

@@ -17,9 +17,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Cache,
 from core import kernels, kv_cache
 from core.presets import get_preset
 from core.tree_logits import TreeLogits
-from core.weights import default_model_dir
 
-DEFAULT_MODEL = "gemma-3-270m"
+DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"  # a chat model; core/presets.py lists it first
 
 
 @dataclass
@@ -238,9 +237,9 @@ def pick_dtype(name: str | None, device: torch.device) -> torch.dtype:
 
 
 def resolve_model(name: str | None) -> str:
-    """Model name -> loadable path or hub id. The default name maps to the packaged Gemma 3 270M."""
-    if not name or name == DEFAULT_MODEL:
-        return str(default_model_dir())
+    """Model name -> loadable path or hub id. No name means DEFAULT_MODEL, the Qwen2.5-Coder-0.5B-Instruct preset: its
+    first use assembles the GGUF from the six installed parts (sha256 checked) and builds the dense copy."""
+    name = name or DEFAULT_MODEL
     preset = get_preset(name)
     if preset is not None:
         return preset.resolve()  # ValueError with the install line when an offline preset is not installed

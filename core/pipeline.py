@@ -1,7 +1,8 @@
 """Assembly shared by the CLI, the app and the benchmark: model and head names -> target, tokenizer, decoders.
 
-Head choice: an explicit folder, else static/heads/gemma-3-270m for the default model when that folder holds a head,
-else a freshly initialised head (lossless, but its drafts are guesses; Eagle2Decoder.note says so).
+Head choice: an explicit folder, else the head the preset registry names for the model (for the default model
+static/heads/qwen2.5-coder-0.5b-instruct) when that folder holds a head, else a freshly initialised head (lossless,
+but its drafts are guesses; Eagle2Decoder.note says so).
 Every user-facing failure (missing or unreadable head, wrong shapes, empty prompt) is a ValueError with one line.
 """
 from __future__ import annotations
@@ -17,15 +18,16 @@ from core.presets import get_preset
 
 
 def default_head(model: str | None) -> Path | None:
-    """The head the preset registry names for the model (the default model's is static/heads/gemma-3-270m; a hub
-    head downloads on first use), if there is one; None for models outside the registry."""
+    """The head the preset registry names for the model (the default model's is
+    static/heads/qwen2.5-coder-0.5b-instruct; a hub head downloads on first use), if there is one; None for models
+    outside the registry."""
     preset = get_preset(model or DEFAULT_MODEL)
     path = preset.head_path() if preset is not None else None
     return Path(path) if path else None
 
 
 def default_medusa_head(model: str | None) -> Path | None:
-    """The Medusa head the preset registry names for the model (shipped for the default model), if present."""
+    """The Medusa head the preset registry names for the model (shipped for gemma-3-270m), if present."""
     preset = get_preset(model or DEFAULT_MODEL)
     return preset.medusa_path() if preset is not None else None
 

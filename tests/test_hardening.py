@@ -428,7 +428,8 @@ def test_api_takes_no_file_paths(server):
     api = server.view_api(print_info=False, return_format="dict")
     params = [p["parameter_name"] for p in api["named_endpoints"]["/run"]["parameters"]]
     assert params == ["prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k",
-                      "lookup", "compare", "stop_below"]  # compare: a COMPARE key, never a path
+                      "lookup", "compare", "stop_below", "messages"]  # compare: a COMPARE key, never a path;
+    # messages: {role, content} dicts of text (core/conversation.py), never a path
     assert not any("path" in p or "head" in p or "model" in p for p in params)
 
 

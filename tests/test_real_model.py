@@ -1,4 +1,5 @@
-"""The packaged Gemma 3 270M: loads offline, and greedy EAGLE-2 with an untrained head equals the baseline.
+"""The packaged Gemma 3 270M (the base-model preset, named explicitly: the default model is the chat preset, and one
+packaged model keeps this file quick): loads offline, and greedy EAGLE-2 with an untrained head equals the baseline.
 
 Runs by default (CI included); the first call builds the dense cache from the installed GGUF package (about a
 minute). Deselect with `-m "not real_model"` for a quick local loop.
@@ -14,7 +15,9 @@ from core.config import DecodeConfig, TreeConfig
 from core.draft_head import HeadConfig, init_head
 from core.drafter import EagleDrafter
 from core.eagle import Eagle2Decoder
-from core.models import DEFAULT_MODEL, load_target
+from core.models import load_target
+
+GEMMA = "gemma-3-270m"
 
 pytestmark = pytest.mark.real_model
 
@@ -28,12 +31,12 @@ N_NEW = 64
 
 @pytest.fixture(scope="module")
 def gemma():
-    return load_target(None, device="cpu", dtype="fp32")
+    return load_target(GEMMA, device="cpu", dtype="fp32")
 
 
-def test_default_model_loads(gemma):
+def test_gemma_preset_loads(gemma):
     target, tok = gemma
-    assert target.name == DEFAULT_MODEL
+    assert target.name == GEMMA
     assert target.config.model_type == "gemma3_text"
     assert (target.hidden_size, target.vocab_size, target.sliding_window) == (640, 262144, 512)
     assert target.dtype == torch.float32 and 1 in target.eos_ids
@@ -68,7 +71,7 @@ def test_shipped_medusa_head_is_lossless_and_drafts(gemma):
     from core.pipeline import default_medusa_head
 
     target, tok = gemma
-    path = default_medusa_head(None)
+    path = default_medusa_head(GEMMA)
     assert path is not None, "static/heads/gemma-3-270m-medusa is missing"
     head = load_any_head(path)
     assert isinstance(head, MedusaHead) and head.trained and head.config.num_heads == 6

@@ -56,7 +56,7 @@ def test_api_endpoints_and_concurrency(demo):
     info = demo.get_api_info()
     params = [p["parameter_name"] for p in info["named_endpoints"]["/run"]["parameters"]]
     assert params == ["prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k",
-                      "lookup", "compare", "stop_below"]  # new fields go last: positional callers keep working
+                      "lookup", "compare", "stop_below", "messages"]  # new fields last: positional callers keep working
     assert "/stream" not in info["named_endpoints"]  # the UI's streaming event stays undocumented
 
 
@@ -80,6 +80,9 @@ def test_static_assets_and_launch_options():
         assert cls in css
     ex = load_examples()
     assert len(ex) >= 6 and all(isinstance(e, str) and e for e in ex)
+    assert all(e.rstrip().endswith(("?", ".")) for e in ex)  # chat (the default model): questions and requests
+    raw = load_examples("raw")  # a base model continues text: completion-style openings
+    assert len(raw) >= 6 and set(raw).isdisjoint(ex)
 
 
 def test_app_py_is_thin_and_import_has_no_side_effects():
