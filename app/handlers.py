@@ -32,6 +32,7 @@ from app.render import (
     token_label,
     token_steps,
 )
+from app.history import finished_run, run_settings
 from app.startup import auto_or_parse, warm_up  # noqa: F401
 from app.state import RunRecord
 from core.autotree import TreePlan
@@ -195,7 +196,7 @@ class Playground:
             raise user_error(f"The prompt is {len(ids)} tokens; at most {max(limit, 0)} fit with these settings.",
                              "Prompt too long")
         record = RunRecord(prompt=prompt, prompt_ids=ids, greedy=cfg.sampling.greedy, tree_depth=cfg.tree.depth,
-                           model=self.model, compare_kind=compare)
+                           model=self.model, compare_kind=compare, settings=run_settings(prompt, cfg, compare))
         return record, cfg
 
     def tree_settings(self, temperature, total_tokens=None, depth=None, top_k=None, lookup=None,
@@ -371,6 +372,8 @@ class Playground:
             view["step-slider"] = step_slider(max(record.lane_tree_count(lane) for lane in lanes[1:]))
         elif running and not any(getattr(record, lane) for lane in lanes):
             view["step-slider"] = step_slider(0)
+        if final:  # the run's full record and views for the history, the "why" panel and the downloads
+            record.finished_run = finished_run(record, det, stats, view, getattr(self, "verify_ms", None))
         # while running, the state holds the live record (Stop flips its flag); afterwards only its compact form
         view["state"] = record.compact() if final else record
         return ordered(view)

@@ -65,6 +65,8 @@ class RunRecord:
     note: str = ""  # why the run stopped early (the time budget), shown to the user
     trees: list[PackedTree] = field(default_factory=list)  # only in a compact record
     compare_trees: list[PackedTree] = field(default_factory=list)  # only in a compact record
+    settings: dict = field(default_factory=dict)  # the request's resolved settings (tree filled in), for links
+    finished_run: dict | None = None  # a finished run's record and views, for the history (app/history.py)
 
     @property
     def lanes(self) -> tuple[str, ...]:
@@ -113,7 +115,8 @@ class RunRecord:
         return RunRecord(greedy=self.greedy, tree_depth=self.tree_depth, model=self.model, stop=True,
                          note=self.note, trees=[PackedTree.pack(e) for e in self.eagle if e.tree],
                          compare_kind=self.compare_kind,
-                         compare_trees=[PackedTree.pack(e) for e in self.compare if e.tree])
+                         compare_trees=[PackedTree.pack(e) for e in self.compare if e.tree],
+                         settings=dict(self.settings), finished_run=self.finished_run)
 
 
 def drop_record(record: RunRecord | None) -> None:
