@@ -141,3 +141,56 @@ def test_dark_mode_plots_are_dark(browser, play_url):  # noqa: F811
         page.screenshot(path=str(DOCS_IMG / "dark_mode.png"), full_page=True)
     finally:
         ctx.close()
+
+
+@pytest.fixture(scope="module")
+def picker_url(tmp_path_factory):
+    """The tiny stack with two fake presets to switch between (a tiny Llama each, seeds 1 and 2)."""
+    from app.picker import Bundle
+
+    loads = []
+
+    def loader(name: str) -> Bundle:
+        loads.append(name)
+        tok, baseline, eagle = tiny_stack(seed={"tiny-a": 1, "tiny-b": 2}[name])
+        return Bundle(name, tok, baseline, eagle, {}, None, f"Target **{name}** (fake preset)")
+
+    tok, baseline, eagle = tiny_stack()
+    demo = build_demo(tok, baseline, eagle, info="Target **tiny-llama**", examples=[], presets=["tiny-a", "tiny-b"],
+                      loader=loader)
+    _, local_url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True, **launch_options())
+    yield local_url, loads
+    demo.close()
+
+
+def test_switch_preset_and_refuse_a_head_of_the_wrong_shape(browser, picker_url, tmp_path):  # noqa: F811
+    import torch
+
+    from core.draft_head import HeadConfig, init_head, save_head
+
+    url, loads = picker_url
+    wrong = tmp_path / "wrong-head"
+    save_head(init_head(HeadConfig.for_target(32, 320)), wrong, dtype=torch.float32)  # hidden 32, target has 64
+    ctx, page = open_page(browser, url)
+    try:
+        page.click("#picker button, #picker .label-wrap")
+        page.click("#model-choice input")
+        page.click("[data-testid=dropdown-option]:has-text('tiny-b')")
+        page.wait_for_function("() => document.querySelector('#picker-status').innerText.includes('loaded in')")
+        assert "Serving tiny-b" in page.inner_text("#picker-status") and loads == ["tiny-b"]
+        page.wait_for_function("() => document.querySelector('#model-info').innerText.includes('tiny-b')")
+        page.click("#history-accordion button, #history-accordion .label-wrap")
+        set_max_new_tokens(page, 8)
+        run_prompt(page, "Once upon a time")
+        assert "tiny-b" in page.inner_text("#history-table")  # the run was served by the new model
+        # a head trained for another hidden size: refused with a message, the served head stays
+        page.fill("#head-path textarea, #head-path input", str(wrong))
+        page.click("#use-head")
+        page.wait_for_function("() => document.querySelector('#picker-status').innerText.includes('refused')")
+        status = page.inner_text("#picker-status")
+        assert "does not fit tiny-b" in status and "hidden size 32" in status, status
+        assert "tiny-b" in page.inner_text("#model-info")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "browser_picker.png"), full_page=True)
+    finally:
+        ctx.close()

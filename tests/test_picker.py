@@ -1,0 +1,81 @@
+"""The model and head picker (app/picker.py): the offered presets, switching once per model, head folders checked
+and refused when they do not fit, uploads unpacked safely."""
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+import torch
+
+from app.handlers import Playground
+from app.picker import Bundle, Picker, head_folder, offered
+from core.draft_head import HeadConfig, init_head, save_head
+from core.presets import PRESETS
+from fakes import tiny_stack
+
+
+def test_offered_presets_installed_offline_or_named(monkeypatch):
+    installed = [p.name for p in PRESETS if p.offline and p.installed()]
+    assert offered("") == installed
+    assert all(not p.offline for p in PRESETS if p.name not in offered(""))  # hub presets only when named
+    assert offered("nope, " + installed[0]) == installed[:1] if installed else True
+    monkeypatch.setenv("EAGLE_PRESETS", ",".join(reversed(installed)))
+    assert offered() == list(reversed(installed))
+
+
+def make_picker(loads):
+    def loader(name):
+        loads.append(name)
+        tok, b, e = tiny_stack(seed=1)
+        return Bundle(name, tok, b, e, {}, None, f"Target **{name}**")
+
+    tok, b, e = tiny_stack()
+    pg = Playground(tok, b, e)
+    return pg, Picker(pg, Bundle("tiny-llama", tok, b, e), ["a", "b"], loader, keep=2)
+
+
+def test_switch_loads_once_and_serves_the_new_decoders():
+    loads = []
+    pg, picker = make_picker(loads)
+    old = pg.eagle
+    assert "loaded in" in picker.switch("a") and pg.model == "a" and pg.eagle is not old
+    assert "already loaded" in picker.switch("tiny-llama") and pg.eagle is old
+    picker.switch("a")
+    assert loads == ["a"]  # loaded once
+    picker.switch("b")  # keep=2: the least recently used ("tiny-llama") is dropped
+    assert list(picker.loaded) == ["a", "b"]
+    with pytest.raises(ValueError, match="not offered"):
+        picker.switch("c")
+
+
+def test_head_that_does_not_fit_is_refused_and_the_served_head_stays(tmp_path):
+    pg, picker = make_picker([])
+    vocab = pg.baseline.target.vocab_size
+    save_head(init_head(HeadConfig.for_target(32, vocab)), tmp_path / "h32", dtype=torch.float32)
+    save_head(init_head(HeadConfig.for_target(64, vocab + 5)), tmp_path / "v", dtype=torch.float32)
+    eagle = pg.eagle
+    with pytest.raises(ValueError, match="does not fit tiny-llama: head hidden size 32"):
+        picker.try_head(str(tmp_path / "h32"))
+    with pytest.raises(ValueError, match="vocabulary"):
+        picker.try_head(str(tmp_path / "v"))
+    assert pg.eagle is eagle
+    save_head(init_head(HeadConfig.for_target(64, vocab)), tmp_path / "ok", dtype=torch.float32)
+    msg = picker.try_head(str(tmp_path / "ok"))
+    assert "tiny-llama + ok" in msg and "vLLM" in msg and pg.eagle is not eagle
+
+
+def test_uploads_zip_or_files_and_refuses_escaping_members(tmp_path):
+    save_head(init_head(HeadConfig.for_target(64, 320)), tmp_path / "h", dtype=torch.float32)
+    z = tmp_path / "h.zip"
+    with zipfile.ZipFile(z, "w") as f:
+        for p in (tmp_path / "h").iterdir():
+            f.write(p, f"h/{p.name}")
+    assert (head_folder(files=[str(z)]) / "config.json").exists()
+    assert (head_folder(files=[str(p) for p in (tmp_path / "h").iterdir()]) / "model.safetensors").exists()
+    bad = tmp_path / "bad.zip"
+    with zipfile.ZipFile(bad, "w") as f:
+        f.writestr("../evil/config.json", "{}")
+    with pytest.raises(ValueError, match="outside"):
+        head_folder(files=[str(bad)])
+    with pytest.raises(ValueError, match="choose a head folder"):
+        head_folder()
