@@ -1,6 +1,6 @@
 """The panels around a run: "why this speedup", the session's run history with its downloads, and the link that
-reproduces a run. Laid out by `build_panels()` and wired by `wire_panels()`, which ui.py calls inside its Blocks; the logic lives in
-app/why.py, app/history.py and app/links.py (no gradio there), the event functions here stay thin.
+reproduces a run. Laid out by `build_panels()` and wired by `wire_panels()`, which ui.py calls inside its Blocks;
+the logic lives in app/why.py, app/history.py and app/links.py (no gradio there), the event functions stay thin.
 """
 from __future__ import annotations
 
@@ -69,10 +69,10 @@ def build_panels() -> dict:
             "download-history": all_csv, "copy-link": copy, "link": link}
 
 
-def wire_panels(pg, panels: dict, by_id: dict, link_targets: dict, done: list) -> None:
+def wire_panels(pg, panels: dict, by_id: dict, link_targets: dict, done: list, label_for=None) -> None:
     """Wire the panels: `by_id`: the run's output components by id; `link_targets`: the components a link sets, by
     LINK_FIELDS key ("prompt" and "compare" among them); `done`: the events after which a run has ended (Run,
-    Stop)."""
+    Stop); `label_for`: model name -> token labeller for a reopened run's trees (the picker's), else pg.label."""
     prompt, race_with = link_targets["prompt"], link_targets["compare"]
     why, table, pick, run_json, all_csv, copy, link = (panels[k] for k in (
         "why", "history-table", "history-pick", "download-run", "download-history", "copy-link", "link"))
@@ -102,7 +102,7 @@ def wire_panels(pg, panels: dict, by_id: dict, link_targets: dict, done: list) -
         if index is None or not 0 <= int(index) < len(history):
             return [gr.skip()] * len(reopen_outs)
         record = history[int(index)]
-        label = pg.label_for(record.model) if hasattr(pg, "label_for") else pg.label
+        label = label_for(record.model) if label_for is not None else pg.label
         view = reopen_view(record, label)
         view["state"] = record
         s = record.finished_run["summary"]

@@ -139,12 +139,23 @@ class Picker:
         """What the model menu lists: the model served at start, then the offered presets."""
         return tuple(dict.fromkeys([self.first, *self.names]))
 
+    def label_for(self, model: str) -> Callable[[int], str]:
+        """Tree labels in the tokenizer of `model` (a past run's), while it is loaded; else the served one's."""
+        from app.render import token_label
+
+        bundle = self.loaded.get(model)
+        if bundle is None or bundle is self.current:
+            return self.pg.label
+        tok = bundle.tokenizer
+        return lambda t: token_label(tok.decode([t], skip_special_tokens=False))
+
     def _serve(self, bundle: Bundle) -> None:
         """Point the Playground at `bundle` (requests already running keep their own decoders)."""
         from core.pipeline import prompt_mode
 
         pg = self.pg
-        pg.tok, pg.baseline, pg.eagle, pg.compare = bundle.tokenizer, bundle.baseline, bundle.eagle, dict(bundle.compare)
+        pg.tok, pg.baseline, pg.eagle = bundle.tokenizer, bundle.baseline, bundle.eagle
+        pg.compare = dict(bundle.compare)
         if bundle.trees is not None:
             pg.trees = bundle.trees
         pg.mode = prompt_mode(bundle.tokenizer, "auto")

@@ -12,12 +12,13 @@ mean decode step, and the drafting step is split the way StepEvent times it (dra
 prediction is built from the run's parts, and where it misses the measured tokens/s ratio the difference is what the
 parts leave out (the prefill, which both lanes pay once, and step-to-step variance).
 
-The what-if re-prices the same run at other tree sizes: the verify cost per size comes from a verify profile measured
+The what-if re-prices the same run with smaller trees: the verify cost per size comes from a verify profile measured
 on this machine (core.autotree.verify_profile, the planner's own measurement), scaled to the run's own verify cost at
-its size; τ at a smaller tree is estimated the way EAGLE-2 ranks nodes (its cumulative draft probabilities are
-calibrated, arXiv 2406.16858 §3.2): the expected accepted drafts of the best N-1 nodes is c × the sum of their
-exp(score), with c fitted so the run's own size gives the run's own acceptance. Bigger trees than the run drafted are
-not listed (the run never saw those nodes). Draft passes and the rest stay as measured (same depth).
+its size; τ when each step keeps only its best N-1 head nodes is estimated the way EAGLE-2 ranks nodes (its
+cumulative draft probabilities are calibrated, arXiv 2406.16858 §3.2): the run's τ less c × the exp(score) of the
+nodes cut, with c fitted so the whole tree gives the run's own acceptance. The last row is the run as measured;
+bigger trees than the run drafted are not listed (the run never saw those nodes). Draft passes and the rest stay as
+measured (same depth; the root alone has no draft pass).
 
 Pure functions of StepEvents and numbers: no gradio, no tensors (tests/test_why.py).
 """
@@ -35,7 +36,7 @@ WHAT_IF_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 
 @dataclass(frozen=True)
 class WhatIf:
-    size: int  # head nodes verified per step, root included (lookup nodes come on top, as in the run)
+    size: int  # at most this many head nodes verified per step, root included (lookup nodes on top, as in the run)
     tau: float
     verify_ms: float
     step_ms: float
@@ -97,9 +98,12 @@ def _head_probs(ev: StepEvent) -> list[float]:
     return sorted((math.exp(n.score) for n in ev.tree if n.source == "head"), reverse=True)
 
 
-def tau_at_sizes(steps: Sequence[StepEvent], sizes: Sequence[int]) -> dict[int, float]:
-    """Estimated τ per step if only the best size-1 head nodes had been verified (sizes up to the run's own head
-    nodes + 1); lookup nodes' accepted tokens are kept as they were. Empty when no step drafted head nodes."""
+def tau_at_sizes(steps: Sequence[StepEvent], sizes: Sequence[int], tau: float | None = None) -> dict[int, float]:
+    """Estimated τ if every step had verified at most its best size-1 head nodes: the run's τ less the acceptance
+    expected of the nodes cut (c × their exp(score), c fitted so the whole tree gives the run's own acceptance).
+    Lookup nodes stay as they were. Sizes up to the run's most head nodes + 1 (there nothing is cut, so τ is the
+    run's); `tau`: the run's τ (default: 1 + accepted drafts per drafting step). Empty when no head node was
+    drafted."""
     steps = [e for e in steps if e.tree]
     probs = [_head_probs(e) for e in steps]
     if not steps or not any(probs):
@@ -109,12 +113,9 @@ def tau_at_sizes(steps: Sequence[StepEvent], sizes: Sequence[int]) -> dict[int, 
     look_acc = sum(s.count("lookup") for s in src) / len(steps)
     full = sum(sum(p) for p in probs) / len(steps)
     c = head_acc / full if full > 0 else 0.0
-    most = min(len(p) for p in probs) + 1  # every step had at least this many head nodes
-    out = {}
-    for n in sizes:
-        if n <= most:
-            out[n] = 1.0 + look_acc + c * sum(sum(p[:n - 1]) for p in probs) / len(steps)
-    return out
+    tau = 1.0 + head_acc + look_acc if tau is None else tau
+    most = max(len(p) for p in probs) + 1
+    return {n: tau - c * sum(sum(p[n - 1:]) for p in probs) / len(steps) for n in sizes if n <= most}
 
 
 def explain(lane: str, base: RunStats, stats: RunStats, steps: Sequence[StepEvent],
@@ -137,14 +138,14 @@ def explain(lane: str, base: RunStats, stats: RunStats, steps: Sequence[StepEven
     heads = sum(sum(n.source == "head" for n in e.tree) for e in drafting) / len(drafting)
     extra = width - 1 - heads  # lookup nodes per step, kept as they were
     own = interpolate(profile, width)
-    taus = tau_at_sizes(drafting, sizes)
+    most = max(sum(n.source == "head" for n in e.tree) for e in drafting) + 1  # the run: no step cut
     rows = []
-    for n, tau in taus.items():
+    for n, tau_n in tau_at_sizes(drafting, [n for n in sizes if n < most], tau).items():
         v = verify * interpolate(profile, n + extra) / own if own > 0 else verify
         d = draft if n > 1 else 0.0  # the root alone: no head pass
         cost = d + v + other
-        rows.append(WhatIf(n, tau, v, cost, tau * plain_ms / cost if cost > 0 else 0.0,
-                           run=abs(n - (heads + 1)) < 0.5))
+        rows.append(WhatIf(n, tau_n, v, cost, tau_n * plain_ms / cost if cost > 0 else 0.0))
+    rows.append(WhatIf(most, tau, verify, why.step_ms, why.predicted, run=True))  # the run as measured
     return Why(lane, tau, plain_ms, draft, verify, other, width, measured, tuple(rows))
 
 
@@ -179,7 +180,7 @@ def why_html(whys: Sequence[Why]) -> str:
             f'so it is {verdict} than plain decoding: it breaks even at τ = {w.break_even_tau:.2f}.</p>')
         if w.what_if:
             rows = "".join(
-                f'<tr class="{"why-run" if r.run else ""}"><td>{r.size}{" (this run)" if r.run else ""}</td>'
+                f'<tr class="{"why-run" if r.run else ""}"><td>{"this run: up to " if r.run else ""}{r.size}</td>'
                 f"<td>{r.tau:.2f}</td><td>{r.verify_ms:.1f}</td><td>{r.step_ms:.1f}</td><td>{r.speedup:.2f}×</td></tr>"
                 for r in w.what_if)
             parts.append('<details class="why-whatif" open><summary>What if the tree were smaller? (verify cost '

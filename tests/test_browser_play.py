@@ -33,7 +33,8 @@ def play_url(tmp_path_factory):
     demo.close()
 
 
-ROWS_JS = "() => parseInt(document.querySelector('#history-table [role=grid]')?.getAttribute('aria-rowcount') || '1') - 1"
+ROWS_JS = ("() => parseInt(document.querySelector('#history-table [role=grid]')?.getAttribute('aria-rowcount') "
+           "|| '1') - 1")
 
 
 def history_rows(page) -> int:

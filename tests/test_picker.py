@@ -79,3 +79,12 @@ def test_uploads_zip_or_files_and_refuses_escaping_members(tmp_path):
         head_folder(files=[str(bad)])
     with pytest.raises(ValueError, match="choose a head folder"):
         head_folder()
+
+
+def test_past_runs_keep_their_tokenizer_for_tree_labels():
+    pg, picker = make_picker([])
+    assert picker.label_for("tiny-llama") == pg.label  # served: the Playground's own labeller
+    picker.switch("a")
+    old = picker.label_for("tiny-llama")  # still loaded, no longer served
+    assert old != pg.label and old(pg.tok.encode("hello")[0]) == pg.label(pg.tok.encode("hello")[0])
+    assert picker.label_for("gone") == pg.label

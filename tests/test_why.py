@@ -63,6 +63,10 @@ def test_tau_at_sizes_is_calibrated_to_the_run_and_ranks_by_draft_probability():
     assert taus[2] == pytest.approx(1.0 + c * (0.6 + 0.4) / 2)
     assert taus[3] == pytest.approx(1.0 + c * (0.9 + 0.5) / 2)
     assert 5 not in taus  # bigger than any tree the run drafted: not estimated
+    # a step that drafted fewer head nodes keeps all of its own at bigger sizes
+    uneven = tau_at_sizes([step(1, [0.5], 1), step(2, [0.5, 0.5, 0.5], 1)], (2, 4))
+    c = 1.0 / ((0.5 + 1.5) / 2)
+    assert uneven[2] == pytest.approx(1.0 + c * 0.5) and uneven[4] == pytest.approx(2.0)
 
 
 def test_lookup_tokens_are_kept_and_widen_every_verify():
@@ -79,9 +83,11 @@ def test_what_if_prices_verify_from_the_profile_scaled_to_the_run():
     st = summarize(steps)
     profile = {1: 10.0, 2: 11.0, 4: 16.0, 8: 30.0}  # the run verified 4 tokens: 20 ms here against 16 measured
     w = explain("EAGLE-2", base, st, steps, profile)
+    plain = explain("EAGLE-2", base, st, steps)
+    assert (w.tau, w.predicted) == (plain.tau, plain.predicted)  # the what-if never changes the run's own numbers
     rows = {r.size: r for r in w.what_if}
     assert set(rows) == {1, 2, 4}
-    assert rows[4].run and not rows[2].run
+    assert rows[4].run and not rows[2].run and w.what_if[-1] is rows[4]  # the run as measured comes last
     assert rows[4].verify_ms == pytest.approx(20.0) and rows[4].step_ms == pytest.approx(27.0)
     assert rows[4].speedup == pytest.approx(w.predicted)  # the run's own row reproduces the prediction
     assert rows[2].verify_ms == pytest.approx(20.0 * 11.0 / 16.0)
