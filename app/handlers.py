@@ -94,15 +94,16 @@ class Playground:
     # ---------------------------------------------------------------------------------- the device work
 
     def _race_steps(self, prompt_ids: list[int], cfg: DecodeConfig, lanes: tuple[str, ...] = ("baseline", "eagle"),
-                    compare: str = "none", should_stop: Callable[[], bool] | None = None
-                    ) -> Iterator[tuple[str, StepEvent]]:
-        """The lanes' decoders raced step by step until done or should_stop(); closing this generator stops all."""
+                    compare: str = "none", should_stop: Callable[[], bool] | None = None,
+                    decoders: dict | None = None) -> Iterator[tuple[str, StepEvent]]:
+        """The lanes' decoders raced step by step until done or should_stop(); closing this generator stops all.
+        `decoders`: by lane, bound when the request started (a model switch never changes a request's decoders)."""
         closed = [False]
 
         def stop() -> bool:
             return closed[0] or bool(should_stop and should_stop())
 
-        decoders = {"baseline": self.baseline, "compare": self.compare.get(compare), "eagle": self.eagle}
+        decoders = decoders or {"baseline": self.baseline, "compare": self.compare.get(compare), "eagle": self.eagle}
         gens = {lane: decoders[lane].generate(prompt_ids, cfg, stop) for lane in lanes}
         try:
             yield from race(gens)
@@ -128,8 +129,9 @@ class Playground:
                 return True
             return False
 
+        bound = {"baseline": self.baseline, "compare": self.compare.get(record.compare_kind), "eagle": self.eagle}
         return self._race(record.prompt_ids, cfg, record.lanes, record.compare_kind,
-                          None if self.zero_gpu else should_stop)
+                          None if self.zero_gpu else should_stop, bound)
 
     def client_gone(self, request: gr.Request | None, api_name: str) -> Callable[[], bool]:
         """A check that turns true once the client of this queued request has disconnected or cancelled it.
@@ -264,11 +266,11 @@ class Playground:
         record, cfg = self.prepare(settings, endpoint="stream")
         gone = self.client_gone(request, "stream")
         det = {s: Detokenizer(self.tok, record.prompt_ids) for s in record.lanes}
+        steps = self._steps(record, cfg, gone)  # binds the served decoders now, with the tokenizer that encoded it
         yield self._view(record, det, running=True, tree=True, charts=True)
         last = dict.fromkeys(("text", "tree", "charts"), time.monotonic())
         every = {"text": self.text_every, "tree": self.plot_every, "charts": self.charts_every}
         with self.guarded("stream", record):
-            steps = self._steps(record, cfg, gone)
             try:
                 for side, ev in steps:
                     getattr(record, side).append(ev)

@@ -1,8 +1,9 @@
 """Run history: this browser session's finished runs, each kept with its full record and its views.
 
-When a run ends (done or stopped) the handler attaches `finished_run()` to its record: `summary`, the run's full
-record as plain JSON (prompt, model, settings, per lane the text, token ids and statistics, the verified draft
-trees, and the "why this speedup" arithmetic), and `views`, the HTML the panels showed. The UI appends it to a
+When a run ends (done or stopped) the handler attaches `finished_run()` to its record: `summary`, the run's record
+as plain JSON (prompt, model, settings, per lane the text, token ids and statistics, and the "why this speedup"
+arithmetic), and `views`, the HTML the panels showed; the verified draft trees stay packed in the compact record
+(app/state.py) and are spelled out only in the downloaded file. The UI appends it to a
 gr.State list (per session, at most HISTORY_MAX runs), lists the runs in a table, reopens any one (its views, its
 compact record for the step slider), and writes the downloads: one run's record as JSON, the history as CSV.
 No tensors, no models: records and strings only.
@@ -15,9 +16,11 @@ import json
 import tempfile
 import time
 import uuid
+import zlib
 from pathlib import Path
 from types import MappingProxyType
 
+from app.state import SOURCES
 from app.why import Why, explain, why_html
 
 HISTORY_MAX = 20  # runs kept per session; the oldest goes first
@@ -45,11 +48,11 @@ def tree_text(settings: dict) -> str:
     return text + (f" · stop {settings['stop_below']:g}" if settings.get("stop_below") else "")
 
 
-def _trees(events) -> list[dict]:
-    return [{"step": e.step, "parents": [n.parent for n in e.tree], "tokens": [n.token_id for n in e.tree],
-             "scores": [round(n.score, 5) for n in e.tree], "sources": [n.source for n in e.tree],
-             "accepted_path": list(e.accepted_path), "new_token_ids": list(e.new_token_ids)}
-            for e in events if e.tree]
+def _trees(packed) -> list[dict]:
+    """A lane's verified draft trees from a compact record's PackedTrees (app/state.py), as JSON."""
+    return [{"step": t.step, "parents": list(t.parents), "tokens": list(t.tokens),
+             "scores": [round(x, 5) for x in t.scores], "sources": [SOURCES[i] for i in t.sources],
+             "accepted_path": list(t.accepted_path), "new_token_ids": list(t.new_token_ids)} for t in packed]
 
 
 def whys_of(record, stats: dict, profile: dict[int, float] | None) -> list[Why]:
@@ -71,8 +74,7 @@ def finished_run(record, det: dict, stats: dict, view: dict, profile: dict[int, 
     b, e = stats["baseline"].tokens_per_s, stats["eagle"].tokens_per_s
     lanes = {}
     for lane, method in zip(record.lanes, record.methods):
-        lanes[method] = {"text": det[lane].text, "token_ids": record.ids(lane), "stats": stats[lane].as_dict(),
-                         "trees": _trees(getattr(record, lane))}
+        lanes[method] = {"text": det[lane].text, "token_ids": record.ids(lane), "stats": stats[lane].as_dict()}
     summary = {"id": uuid.uuid4().hex[:12], "time": time.strftime("%Y-%m-%d %H:%M:%S"), "model": record.model,
                "prompt": record.prompt, "settings": dict(record.settings), "greedy": record.greedy,
                "identical": record.ids("baseline") == record.ids("eagle"), "note": record.note,
@@ -81,7 +83,13 @@ def finished_run(record, det: dict, stats: dict, view: dict, profile: dict[int, 
                "why": [w.as_dict() for w in whys]}
     views = {k: view[k] for k in VIEW_KEYS if k in view and isinstance(view[k], str)}
     views["why"] = why_html(whys)
-    return {"summary": summary, "views": views}
+    # compressed: the session state keeps every run's views, and token-coloured HTML packs about 8x
+    return {"summary": summary, "views": {k: zlib.compress(v.encode("utf-8")) for k, v in views.items()}}
+
+
+def views_of(done: dict) -> dict[str, str]:
+    """A finished run's views (HTML by component id), unpacked."""
+    return {k: zlib.decompress(v).decode("utf-8") for k, v in done["views"].items()}
 
 
 def add(history: list | None, record) -> list:
@@ -141,7 +149,11 @@ def record_file(record) -> str | None:
     done = getattr(record, "finished_run", None)
     if not done:
         return None
-    s = done["summary"]
+    s = dict(done["summary"])  # the state keeps the trees packed once; the file spells them out
+    s["lanes"] = {m: dict(v) for m, v in s["lanes"].items()}
+    s["lanes"]["eagle2"]["trees"] = _trees(record.trees)
+    if record.compare_kind in s["lanes"]:
+        s["lanes"][record.compare_kind]["trees"] = _trees(record.compare_trees)
     return _write(f"eagle-run-{s['id']}.json", json.dumps(s, indent=1, ensure_ascii=False) + "\n")
 
 

@@ -28,7 +28,7 @@ def stats_from_dict(d: dict) -> RunStats:
 def reopen_view(record, label) -> dict:
     """The views of a past run (a compact RunRecord with finished_run), keyed by component id, plus its trees and
     charts redrawn from the record; the step slider scrubs its trees again."""
-    views, s = record.finished_run["views"], record.finished_run["summary"]
+    views, s = hist.views_of(record.finished_run), record.finished_run["summary"]
     stats = {m: stats_from_dict(v["stats"]) for m, v in s["lanes"].items()}
     kind = record.compare_kind
     compare_label = LANE_TITLES.get(kind, "")
@@ -85,7 +85,7 @@ def wire_panels(pg, panels: dict, by_id: dict, link_targets: dict, done: list, l
         latest = opts[-1][1] if opts else None
         done_run = getattr(record, "finished_run", None)
         return (history, hist.rows(history), gr.Dropdown(choices=opts, value=latest),
-                done_run["views"]["why"] if done_run else gr.skip(),
+                hist.views_of(done_run)["why"] if done_run else gr.skip(),
                 gr.DownloadButton(value=hist.record_file(record), interactive=bool(done_run)),
                 gr.DownloadButton(value=hist.history_file(history), interactive=bool(history)))
 
@@ -116,16 +116,19 @@ def wire_panels(pg, panels: dict, by_id: dict, link_targets: dict, done: list, l
     copy.click(None, [link_targets[k] for k in keys], [link], js=copy_js(keys), api_visibility="private")
 
 
-def restore_from_link(pg, targets: dict, models: tuple[str, ...] = ()):
+def restore_from_link(pg, targets: dict, models: tuple[str, ...] = (), touched=None):
     """A demo.load function: the URL query's values into their components (`targets`: LINK_FIELDS key ->
-    component, in that order); values left out or refused stay as they are, and a note says what was ignored."""
+    component, in that order); values left out or refused stay as they are, and a note says what was ignored.
+    `touched`: the gr.State that keeps a tree the user set (a link's tree counts as set). Returns (fn, outputs)."""
     keys = [k for k in LINK_FIELDS if k in targets]
+    tree_keys = {"total_tokens", "depth", "top_k", "lookup", "stop_below"}
 
     def load(request: gr.Request):
         query = dict(getattr(request, "query_params", None) or {})
         values, notes = from_query(query, pg.limits, ("none", *pg.compare), models)
         if notes:
             gr.Warning("Link settings ignored: " + "; ".join(notes))
-        return [values[k] if k in values else gr.skip() for k in keys]
+        out = [values[k] if k in values else gr.skip() for k in keys]
+        return out + ([True if tree_keys & set(values) else gr.skip()] if touched is not None else [])
 
-    return load, [targets[k] for k in keys]
+    return load, [targets[k] for k in keys] + ([touched] if touched is not None else [])

@@ -214,7 +214,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
                                                                            if k == "none" or k in lanes])
             link_targets["model"] = picker_ui["model-choice"]
         wire_panels(pg, panels, by_id, link_targets, [run_event, stop_event], picker.label_for if picker else None)
-        restore, restored = restore_from_link(pg, link_targets, picker.choices() if picker else ())
+        restore, restored = restore_from_link(pg, link_targets, picker.choices() if picker else (), tree_touched)
         demo.load(restore, None, restored, queue=False, api_visibility="private")
         gr.api(pg.run, api_name="run", concurrency_limit=1, concurrency_id="device",
                api_description="Generate the prompt with plain decoding and EAGLE-2 (compare='medusa' or 'lookup' "

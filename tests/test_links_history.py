@@ -56,7 +56,8 @@ def test_history_keeps_each_run_once_with_its_record_and_writes_csv_and_json():
                              "total_tokens": 4, "depth": 3, "top_k": 2, "lookup": 0, "stop_below": 0.0,
                              "compare": "none"}
     assert s["lanes"]["eagle2"]["trees"][0]["accepted_path"] and s["why"][0]["lane"] == "EAGLE-2"
-    assert "why-panel" in a.finished_run["views"]["why"] and "gen-text" in a.finished_run["views"]["eagle-output"]
+    views = hist.views_of(a.finished_run)
+    assert "why-panel" in views["why"] and "gen-text" in views["eagle-output"]
     table = list(csv.reader(io.StringIO(open(hist.history_file(history)).read())))
     assert table[0][:4] == ["run", "time", "prompt", "model"] and [r[2] for r in table[1:]] == ["Once", "def f():"]
     assert hist.history_file([]) is None and hist.add([], None) == []
@@ -68,5 +69,5 @@ def test_reopened_view_redraws_trees_and_charts():
 
     rec = finished_record("Once", " upon a time", [2, 1])
     view = reopen_view(rec, lambda t: chr(t))
-    assert view["eagle-output"] == rec.finished_run["views"]["eagle-output"]
+    assert view["eagle-output"] == hist.views_of(rec.finished_run)["eagle-output"]
     assert view["draft-tree"].data and view["stats-charts"].data and "why-panel" in view["why"]

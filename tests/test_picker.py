@@ -88,3 +88,33 @@ def test_past_runs_keep_their_tokenizer_for_tree_labels():
     old = picker.label_for("tiny-llama")  # still loaded, no longer served
     assert old != pg.label and old(pg.tok.encode("hello")[0]) == pg.label(pg.tok.encode("hello")[0])
     assert picker.label_for("gone") == pg.label
+
+
+def test_a_load_never_stops_serving_and_runs_in_flight_finish_on_their_decoders():
+    import threading
+
+    release, started = threading.Event(), threading.Event()
+
+    def slow_loader(name):
+        started.set()
+        release.wait(30)
+        tok, b, e = tiny_stack(seed=1)
+        return Bundle(name, tok, b, e)
+
+    tok, b, e = tiny_stack()
+    pg = Playground(tok, b, e, text_every=0, plot_every=0, charts_every=0)
+    picker = Picker(pg, Bundle("tiny-llama", tok, b, e), ["a"], slow_loader)
+    expected = pg.run("Once upon a time", 12)["eagle_token_ids"]
+    stream = pg.stream("Once upon a time", 12, 0.0, 1.0, 0, 8, 3, 2, 0)
+    next(stream)  # a run in flight on the first model
+    loading = threading.Thread(target=picker.switch, args=("a",))
+    loading.start()
+    assert started.wait(30)
+    assert pg.run("Once upon a time", 12)["eagle_token_ids"] == expected  # served while the load runs
+    release.set()
+    loading.join(30)
+    assert pg.model == "a" and pg.eagle is not e
+    *_, last = stream  # the run in flight ends on the decoders it started with
+    record = last[-1]
+    assert record.model == "tiny-llama"
+    assert record.finished_run["summary"]["lanes"]["eagle2"]["token_ids"] == expected
