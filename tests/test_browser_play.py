@@ -133,9 +133,10 @@ def test_dark_mode_plots_are_dark(browser, play_url):  # noqa: F811
             assert bg in ("rgba(0, 0, 0, 0)", "transparent"), bg
             paper = page.eval_on_selector(f"{plot} .main-svg .bg", "e => e.style.fill || e.getAttribute('style')")
             assert "255, 255, 255" not in paper and "white" not in paper
-        fill = page.eval_on_selector("#stats-charts .xtick text", "e => getComputedStyle(e).fill")
-        r, g, b = (int(x) for x in fill[fill.index("(") + 1:fill.index(")")].split(",")[:3])
-        assert min(r, g, b) > 150, fill  # light text on the dark page
+        for label in ("#stats-charts .xtick text", "#stats-charts .y3tick text", "#draft-tree .xtick text"):
+            fill = page.eval_on_selector(label, "e => getComputedStyle(e).fill")
+            r, g, b = (int(x) for x in fill[fill.index("(") + 1:fill.index(")")].split(",")[:3])
+            assert min(r, g, b) > 150, (label, fill)  # light text on the dark page
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "browser_dark.png"), full_page=True)  # docs/img/dark_mode.png: a copy
     finally:
