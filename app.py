@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     plan = zerogpu.startup(zerogpu.spaces_module() is not None, args.device, args.dtype, args.tree)
     from app.inputs import Limits
     from app.startup import auto_or_parse, compare_decoders, configure_logging, dtype_note, info_line, warm_up
+    from app.startup import verify_costs  # verify ms by tree size on this machine, for the "why" what-if
     from app.ui import build_demo, serve
     from core.pipeline import build_decoders
 
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     tree = auto_or_parse(plan.tree, eagle, tok)
     demo = build_demo(tok, baseline, eagle, info=info_line(target, eagle, args.head),
                       max_new_tokens=args.max_new_tokens_cap, max_prompt_tokens=args.max_prompt_tokens, tree=tree,
-                      prompt_mode=args.prompt_mode, system=args.system,
+                      prompt_mode=args.prompt_mode, system=args.system, verify_ms=verify_costs(target),
                       limits=Limits(seconds=args.request_seconds, queue=args.queue_size), compare=compare)
     print(f"[eagle-playground] ready at {serve(demo, args.host, args.port, args.share)}", flush=True)
     demo.block_thread()

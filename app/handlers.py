@@ -32,6 +32,7 @@ from app.render import (
     token_label,
     token_steps,
 )
+from app.history import finished_run, run_settings
 from app.startup import auto_or_parse, warm_up  # noqa: F401
 from app.state import RunRecord
 from core.autotree import TreePlan
@@ -101,15 +102,16 @@ class Playground:
         return gpu_seconds(cfg.max_new_tokens, len(lanes), self.limits.seconds)
 
     def _race_steps(self, prompt_ids: list[int], cfg: DecodeConfig, lanes: tuple[str, ...] = ("baseline", "eagle"),
-                    compare: str = "none", should_stop: Callable[[], bool] | None = None
-                    ) -> Iterator[tuple[str, StepEvent]]:
-        """The lanes' decoders raced step by step until done or should_stop(); closing this generator stops all."""
+                    compare: str = "none", should_stop: Callable[[], bool] | None = None,
+                    decoders: dict | None = None) -> Iterator[tuple[str, StepEvent]]:
+        """The lanes' decoders raced step by step until done or should_stop(); closing this generator stops all.
+        `decoders`: by lane, bound when the request started (a model switch never changes a request's decoders)."""
         closed = [False]
 
         def stop() -> bool:
             return closed[0] or bool(should_stop and should_stop())
 
-        decoders = {"baseline": self.baseline, "compare": self.compare.get(compare), "eagle": self.eagle}
+        decoders = decoders or {"baseline": self.baseline, "compare": self.compare.get(compare), "eagle": self.eagle}
         gens = {lane: decoders[lane].generate(prompt_ids, cfg, stop) for lane in lanes}
         try:
             yield from race(gens)
@@ -135,8 +137,9 @@ class Playground:
                 return True
             return False
 
+        bound = {"baseline": self.baseline, "compare": self.compare.get(record.compare_kind), "eagle": self.eagle}
         return self._race(record.prompt_ids, cfg, record.lanes, record.compare_kind,
-                          None if self.zero_gpu else should_stop)
+                          None if self.zero_gpu else should_stop, bound)
 
     def client_gone(self, request: gr.Request | None, api_name: str) -> Callable[[], bool]:
         """A check that turns true once the client of this queued request has disconnected or cancelled it.
@@ -220,7 +223,8 @@ class Playground:
             raise user_error(f"The prompt is {len(ids)} tokens; at most {max(limit, 0)} fit with these settings.",
                              "Prompt too long")
         record = RunRecord(prompt=prompt, prompt_ids=ids, greedy=cfg.sampling.greedy, tree_depth=cfg.tree.depth,
-                           model=self.model, compare_kind=compare, messages=convo)
+                           model=self.model, compare_kind=compare, messages=convo,
+                           settings=run_settings(prompt, cfg, compare))
         return record, cfg
 
     def tree_settings(self, temperature, total_tokens=None, depth=None, top_k=None, lookup=None,
@@ -289,11 +293,11 @@ class Playground:
         record, cfg = self.prepare(settings, endpoint="stream")
         gone = self.client_gone(request, "stream")
         det = {s: Detokenizer(self.tok, record.prompt_ids) for s in record.lanes}
+        steps = self._steps(record, cfg, gone)  # binds the served decoders now, with the tokenizer that encoded it
         yield self._view(record, det, running=True, tree=True, charts=True)
         last = dict.fromkeys(("text", "tree", "charts"), time.monotonic())
         every = {"text": self.text_every, "tree": self.plot_every, "charts": self.charts_every}
         with self.guarded("stream", record):
-            steps = self._steps(record, cfg, gone)
             try:
                 for side, ev in steps:
                     getattr(record, side).append(ev)
@@ -397,6 +401,8 @@ class Playground:
             view["step-slider"] = step_slider(max(record.lane_tree_count(lane) for lane in lanes[1:]))
         elif running and not any(getattr(record, lane) for lane in lanes):
             view["step-slider"] = step_slider(0)
+        if final:  # the run's full record and views for the history, the "why" panel and the downloads
+            record.finished_run = finished_run(record, det, stats, view, getattr(self, "verify_ms", None))
         # while running, the state holds the live record (Stop flips its flag); afterwards only its compact form
         view["state"] = record.compact() if final else record
         return ordered(view)

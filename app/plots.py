@@ -11,11 +11,12 @@ from typing import Callable, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from app.theme import themed
 from core.events import RunStats, StepEvent, TreeNode
 
 ACCEPT = "#e4572e"  # accepted path
 EDGE = "#b8bec8"
-BONUS = "#2b2d42"
+BONUS = "#7c3aed"  # violet: visible on the light and the dark theme
 LOOKUP = "#f4a259"  # nodes copied from the context (core/lookup.py)
 PROB_SCALE = "Viridis"
 
@@ -143,12 +144,11 @@ def tree_figure(
         title=dict(text=title or _tree_title(event), x=0.01, font=dict(size=14)),
         height=int(max(360, min(900, 110 + 14 * len(nodes)))),  # fixed per request size: no jumping while live
         margin=dict(l=10, r=10, t=50, b=30),
-        plot_bgcolor="white",
         legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
         hoverlabel=dict(bgcolor="white"),
     )
-    fig.update_xaxes(title_text="draft depth", dtick=1, range=[-0.3, max_x + 0.9], showgrid=True,
-                     gridcolor="#eef0f3", zeroline=False)
+    themed(fig)
+    fig.update_xaxes(title_text="draft depth", dtick=1, range=[-0.3, max_x + 0.9], showgrid=True, zeroline=False)
     fig.update_yaxes(visible=False, autorange="reversed")
     return fig
 
@@ -171,10 +171,10 @@ def _tree_title(event: StepEvent) -> str:
 def _placeholder(fig: go.Figure, text: str) -> go.Figure:
     fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
                        font=dict(size=13, color="#6b7280"))
-    fig.update_layout(height=320, margin=dict(l=10, r=10, t=30, b=10), plot_bgcolor="white")
+    fig.update_layout(height=320, margin=dict(l=10, r=10, t=30, b=10))
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    return fig
+    return themed(fig)
 
 
 def stats_figure(base: RunStats | None, eagle: RunStats | None, compare: RunStats | None = None,
@@ -217,7 +217,7 @@ def stats_figure(base: RunStats | None, eagle: RunStats | None, compare: RunStat
                              offsetgroup="t",
                              marker_color="#bab0ac", hovertemplate="%{x:.2f} s<extra>other</extra>"),
                       row=1, col=3)
-    fig.update_layout(barmode="group", height=300, margin=dict(l=10, r=10, t=40, b=40), plot_bgcolor="white",
+    fig.update_layout(barmode="group", height=300, margin=dict(l=10, r=10, t=40, b=40),
                       legend=dict(orientation="h", yanchor="top", y=-0.18, xanchor="right", x=1.0),
                       font=dict(size=11))
     fig.update_xaxes(title_text="accepted drafts", dtick=1, row=1, col=1)
@@ -225,4 +225,4 @@ def stats_figure(base: RunStats | None, eagle: RunStats | None, compare: RunStat
     fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=2)
     fig.update_xaxes(title_text="seconds", row=1, col=3)
     fig.update_annotations(font_size=12)
-    return fig
+    return themed(fig)

@@ -28,6 +28,14 @@ def auto_or_parse(spec: str | None, eagle, tokenizer) -> TreePlan:
     return plan
 
 
+def verify_costs(target) -> dict[int, float]:
+    """Verify ms by tree size on this machine (core.autotree.verify_profile, three rounds), for the "why this
+    speedup" what-if; a second or two at start-up for a small target."""
+    from core.autotree import verify_profile
+
+    return verify_profile(target, sizes=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), rounds=3)
+
+
 def compare_decoders(target, medusa_head: str | Path | None = None) -> dict:
     """The token-level lanes the UI offers beside EAGLE-2: prompt lookup always (no weights), and a Medusa head when
     a folder is given or the preset registry names one for the loaded target (static/heads/gemma-3-270m-medusa for

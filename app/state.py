@@ -67,6 +67,8 @@ class RunRecord:
     compare_trees: list[PackedTree] = field(default_factory=list)  # only in a compact record
     messages: list | None = None  # a conversation turn: the history asked, ending with this user turn (else None)
     answer_ids: tuple[int, ...] = ()  # only in a compact record of a conversation turn: the baseline lane's ids
+    settings: dict = field(default_factory=dict)  # the request's resolved settings (tree filled in), for links
+    finished_run: dict | None = None  # a finished run's record and views, for the history (app/history.py)
 
     @property
     def lanes(self) -> tuple[str, ...]:
@@ -117,7 +119,8 @@ class RunRecord:
                          compare_kind=self.compare_kind,
                          compare_trees=[PackedTree.pack(e) for e in self.compare if e.tree],
                          messages=self.messages,
-                         answer_ids=tuple(self.ids("baseline")) if self.messages is not None else ())
+                         answer_ids=tuple(self.ids("baseline")) if self.messages is not None else (),
+                         settings=dict(self.settings), finished_run=self.finished_run)
 
 
 def drop_record(record: RunRecord | None) -> None:

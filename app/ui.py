@@ -13,6 +13,9 @@ import gradio as gr
 from app.chat import chat_controls
 from app.chat import wire as wire_chat
 from app.handlers import COMPARE, LANE_TITLES, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, OUTPUTS, Limits, Playground
+from app.inputs import RunSettings
+from app.panels import build_panels, restore_from_link, wire_panels
+from app.picker import build_picker, make_picker, wire_picker
 from app.plots import stats_figure, tree_figure
 from app.state import drop_record
 from core.autotree import TreePlan
@@ -66,19 +69,25 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
                text_every: float = 0.1, plot_every: float = 0.5, max_new_tokens: int = MAX_NEW_TOKENS,
                max_prompt_tokens: int = MAX_PROMPT_TOKENS, tree: TreePlan | TreeConfig | None = None,
                prompt_mode: str = "auto", system: str | None = None, limits: Limits | None = None,
-               compare: dict | None = None) -> gr.Blocks:
+               compare: dict | None = None, verify_ms: dict[int, float] | None = None,
+               presets: list[str] | None = None, loader=None) -> gr.Blocks:
     """Blocks wired to the given tokenizer and decoders; `info` is one markdown line (model, head, device).
     prompt_mode 'auto' wraps prompts in the chat template when the tokenizer has one ('chat'), else 'raw'.
     `limits` bounds every request (sliders and validation alike); max_new_tokens / max_prompt_tokens override it.
     `tree`: a TreePlan (app.py --tree auto plans one tree for greedy and one for sampled runs), one TreeConfig for
     both, or None for the engine default. The tree sliders show the plan for the temperature chosen until the user
     moves one of them; /run fills left-out tree settings the same way. `compare`: token-level decoders by COMPARE
-    key ("medusa", "lookup"; app/startup.py compare_decoders) offered as a third lane; two lanes stay the default."""
+    key ("medusa", "lookup"; app/startup.py compare_decoders) offered as a third lane; two lanes stay the default.
+    `verify_ms`: verify cost by tree size on this machine (core.autotree.verify_profile), for the "why" what-if.
+    `presets`: the model picker's offer (None: app/picker.py `offered()`, the installed presets or EAGLE_PRESETS;
+    [] hides the picker); `loader`: preset name -> picker Bundle (default: load the preset on this device)."""
     trees = TreePlan.fixed(tree, "given") if isinstance(tree, TreeConfig) else tree  # None: Playground's default
     pg = Playground(tokenizer, baseline, eagle, text_every=text_every, plot_every=plot_every,
                     charts_every=max(2.0, 4 * plot_every), max_new_tokens=max_new_tokens,
                     max_prompt_tokens=max_prompt_tokens, prompt_mode=prompt_mode, system=system, limits=limits,
                     trees=trees, compare=compare)
+    pg.verify_ms = verify_ms  # read by the "why this speedup" arithmetic of each finished run (app/why.py)
+    picker = make_picker(pg, info, presets, loader)  # None when nothing is offered
     lim = pg.limits
     tree_defaults = pg.trees.greedy  # the temperature slider starts at 0 (greedy)
     examples = load_examples(pg.mode) if examples is None else examples
@@ -88,8 +97,8 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
         # ------------------------------------------------------------------------------------ layout
         gr.Markdown("# EAGLE Playground\nThe same prompt decoded twice on the same device: plain decoding and "
                     "**EAGLE-2** speculative decoding, raced by compute time.", elem_id="header")
-        if info:
-            gr.Markdown(info, elem_id="model-info")
+        info_md = gr.Markdown(info, elem_id="model-info", visible=bool(info) or picker is not None)
+        picker_ui = build_picker(picker) if picker is not None else None  # app/picker.py
         mode_text = ("**chat**: your text is sent as one user turn of the model's chat template"
                      + (" after the system prompt" if pg.system else "") if pg.mode == "chat"
                      else "**raw text**: the model continues your text as is (base model, no chat template)")
@@ -167,6 +176,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
                 tree = gr.Plot(tree_figure(None, pg.label), show_label=False, elem_id="draft-tree")
         step = gr.Slider(0, 1, value=0, step=1, interactive=False, elem_id="step-slider",
                          label="Draft tree of verify step (scrub after the run)")
+        panels = build_panels()  # "why this speedup", the session's runs, the link (app/panels.py)
         with gr.Accordion("How it works", open=False, elem_id="how-it-works"):
             gr.Markdown((STATIC / "intro.md").read_text(encoding="utf-8"), latex_delimiters=[])
         state = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=drop_record)
@@ -204,6 +214,15 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
             slider.input(lambda: True, None, tree_touched, queue=False, api_visibility="private")
         temperature.input(pg.planned_tree, [temperature, tree_touched], tree_sliders, queue=False,
                           show_progress="hidden", api_visibility="private")
+        # the "why this speedup", run history and link panels (app/panels.py), and the link read on load
+        link_targets = dict(zip(RunSettings.__dataclass_fields__, inputs))
+        if picker_ui is not None:
+            wire_picker(picker, picker_ui, info_md, race_with, lambda lanes: [(COMPARE[k], k) for k in COMPARE
+                                                                           if k == "none" or k in lanes])
+            link_targets["model"] = picker_ui["model-choice"]
+        wire_panels(pg, panels, by_id, link_targets, [run_event, stop_event], picker.label_for if picker else None)
+        restore, restored = restore_from_link(pg, link_targets, picker.choices() if picker else (), tree_touched)
+        demo.load(restore, None, restored, queue=False, api_visibility="private")
         gr.api(pg.run, api_name="run", concurrency_limit=1, concurrency_id="device",
                api_description="Generate the prompt with plain decoding and EAGLE-2 (compare='medusa' or 'lookup' "
                                "adds a token-level drafter as a third lane); returns the texts, token-identity, "

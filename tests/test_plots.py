@@ -119,3 +119,21 @@ def test_lookup_nodes_get_their_own_trace_and_title():
     assert list(looked.marker.opacity) == [1.0, 0.35]
     assert list(trace(fig, "accepted").text) == ["t10"] and list(trace(fig, "rejected").text) == ["t11"]
     assert "2 copied from context" in fig.layout.title.text
+
+
+def test_every_figure_is_theme_neutral():
+    """Plots follow the page's light or dark theme: no figure paints its own (white) background, and grid lines are
+    a mid-tone that reads on both; the page's CSS recolours text under `.dark` (static/style.css)."""
+    from pathlib import Path
+
+    from app.theme import GRID, TRANSPARENT
+
+    st = summarize(eagle_events("Hello world", [2, 1]))
+    figs = [tree_figure(STEP, label), tree_figure(None, label), stats_figure(None, None),
+            stats_figure(summarize(baseline_events("Hello world")), st)]
+    for fig in figs:
+        assert fig.layout.paper_bgcolor == TRANSPARENT and fig.layout.plot_bgcolor == TRANSPARENT
+        for axis in (fig.layout.xaxis, fig.layout.yaxis):
+            assert axis.gridcolor == GRID
+    css = (Path(__file__).resolve().parent.parent / "static" / "style.css").read_text()
+    assert ".dark .js-plotly-plot" in css and "var(--body-text-color)" in css
