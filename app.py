@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 from app.env import env_args
 
@@ -46,34 +45,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phone-home calls (offline machines)
-    from app import zerogpu  # first: on ZeroGPU `spaces` must be imported before anything touches CUDA
+    from app.launch import start  # imports torch and gradio: never at import time of app.py
 
-    plan = zerogpu.startup(zerogpu.spaces_module() is not None, args.device, args.dtype, args.tree)
-    from app.inputs import Limits
-    from app.startup import auto_or_parse, compare_decoders, configure_logging, dtype_note, info_line, warm_up
-    from app.startup import verify_costs  # verify ms by tree size on this machine, for the "why" what-if
-    from app.ui import build_demo, serve
-    from core.pipeline import build_decoders
-
-    configure_logging(args.log_level)
-    if plan.note:
-        print(f"[eagle-playground] {plan.note}", flush=True)
-    t0 = time.perf_counter()
-    print(f"[eagle-playground] loading model {args.model or 'default'}, head {args.head or 'default'} ...", flush=True)
-    target, tok, baseline, eagle = build_decoders(args.model, args.head, plan.device, plan.dtype,
-                                                  trust_remote_code=args.trust_remote_code)
-    print(f"[eagle-playground] loaded {target.name} on {target.device} ({dtype_note(target)}) in "
-          f"{time.perf_counter() - t0:.1f} s{'; warming up ...' if plan.warm_up else ''}", flush=True)
-    compare = compare_decoders(target, args.medusa_head)  # the token-level lanes (Medusa, lookup)
-    if plan.warm_up:
-        warm_up(tok, baseline, eagle, *compare.values())
-    tree = auto_or_parse(plan.tree, eagle, tok)
-    demo = build_demo(tok, baseline, eagle, info=info_line(target, eagle, args.head),
-                      max_new_tokens=args.max_new_tokens_cap, max_prompt_tokens=args.max_prompt_tokens, tree=tree,
-                      prompt_mode=args.prompt_mode, system=args.system, verify_ms=verify_costs(target),
-                      limits=Limits(seconds=args.request_seconds, queue=args.queue_size), compare=compare)
-    print(f"[eagle-playground] ready at {serve(demo, args.host, args.port, args.share)}", flush=True)
-    demo.block_thread()
+    start(args).block_thread()
 
 
 if __name__ == "__main__":
