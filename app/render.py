@@ -207,11 +207,11 @@ def _margin(x: float | None) -> str:
 
 
 def divergence_badge(d: Divergence, dtype: str) -> str:
-    """The badge for two greedy outputs that part ways at token d.index + 1: "numerical near tie (<dtype>)" when a
-    margin is within the dtype's rounding, "mismatch" otherwise; a <details> holds the short explanation."""
+    """The badge for two greedy outputs that part ways at token d.index + 1: "numerical near tie (<dtype>)" when the
+    two margins together are within the dtype's rounding change of a logit difference, "mismatch" otherwise; a <details> holds the short explanation."""
     where = f"at token {d.index + 1}"
     margins = (f"top-2 margin {_margin(d.baseline_margin)} (baseline) vs {_margin(d.method_margin)} (EAGLE-2), "
-               f"rounding tolerance {_margin(d.tolerance)} = {NEAR_TIE_ULPS} {dtype} ulps at the top logit")
+               f"sum vs rounding tolerance {_margin(d.tolerance)} = {NEAR_TIE_ULPS} {dtype} ulps at the top logit")
     if d.near_tie:
         summary = f"≈ numerical near tie ({dtype}) {where}"
         why = (f"{margins}. EAGLE-2 scores many tokens in one target forward, plain decoding one at a time; in "
@@ -222,7 +222,8 @@ def divergence_badge(d: Divergence, dtype: str) -> str:
         cls = "tie"
     else:
         summary = f"✗ mismatch {where}"
-        why = (f"{margins}. Both margins exceed what {dtype} rounding can flip, so rounding does not explain this "
+        why = (f"{margins}. The two margins together exceed what {dtype} rounding can change in a logit "
+               "difference (or a margin was not recorded), so rounding does not explain this "
                "divergence: it would be a bug in the engine. Please report the prompt and settings.")
         cls = "bad"
     return (f'<details class="divergence {cls}" id="divergence"><summary class="badge {cls}">{_esc(summary)} '
