@@ -249,6 +249,14 @@ def stats_html(base: RunStats, eagle: RunStats, badge: str = "", compare: RunSta
     def drafted(st: RunStats) -> str:
         return f"{st.accept_rate:.1%} ({st.accepted_drafts} of {st.drafted_tokens} drafted)"
 
+    def copied(st: RunStats) -> str:
+        """Accepted drafts copied from the context vs drafted by the head: token-level vs feature-level gains."""
+        share = f" ({st.lookup_share:.0%} copied)" if st.lookup_share is not None else ""
+        return f"{st.accepted_lookup} / {st.accepted_head}{share}"
+
+    def looped(st: RunStats) -> str:
+        return "no" if st.loop_period is None else f"yes: a {st.loop_period}-token block repeats (core/loops.py)"
+
     lanes = [base] + ([compare] if compare is not None else []) + [eagle]
     rows = [
         ("new tokens", [str(s.new_tokens) for s in lanes]),
@@ -260,6 +268,8 @@ def stats_html(base: RunStats, eagle: RunStats, badge: str = "", compare: RunSta
         ("draft / verify / other time", [f"– / {ms(base.verify_s)} / {ms(base.other_s)}"]
          + [f"{ms(s.draft_s)} / {ms(s.verify_s)} / {ms(s.other_s)}" for s in lanes[1:]]),
         ("draft acceptance", ["–"] + [drafted(s) for s in lanes[1:]]),
+        ("accepted from lookup / head", ["–"] + [copied(s) for s in lanes[1:]]),
+        ("ends in a loop", [looped(s) for s in lanes]),
     ]
     body = "".join(f"<tr><th>{_esc(a)}</th>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>"
                    for a, cells in rows)

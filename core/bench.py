@@ -47,8 +47,8 @@ from pathlib import Path
 import torch
 
 from core.bench_report import (  # noqa: F401  (re-exported: the pure arithmetic lives there)
-    acceptance_table, category_table, mean_tokens_per_s, pooled_tau, spec_bench_speedup, step_table, summarize_rows,
-    summary_table, vocab_table, write_html,
+    acceptance_table, category_table, honest_table, mean_tokens_per_s, pooled_tau, spec_bench_speedup, step_table,
+    summarize_rows, summary_table, vocab_table, write_html,
 )
 from core import pipeline
 from core.autotree import choose_tree, describe
@@ -56,8 +56,11 @@ from core.config import DecodeConfig, SamplingConfig, TreeConfig
 
 from core.exactness import classify, first_difference
 from core.kernels import cpu_description
+from core.loops import loop_period
 from core.timing import now
-from core.bench_questions import BenchError, read_questions, select_questions  # noqa: F401  (re-exported)
+from core.bench_questions import (  # noqa: F401  (re-exported)
+    SPLITS, BenchError, read_questions, select_questions, split_questions,
+)
 from core.bench_runners import (  # noqa: F401  (re-exported: tests and scripts import them from here)
     PLD_TOKENS, Digest, Outcome, Runner, Scorer, chain_tree, core_runner, hf_generation_config, hf_runner, hf_scorer,
     make_runners, make_scorers, timed, trim_at_eos, uses_run_tree,
@@ -83,6 +86,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--file-categories", action="store_true",
                    help="group by the file's own categories (MT-bench's eight) instead of Spec-Bench's six")
     p.add_argument("--limit", type=int, default=0, help="cap on the number of prompts")
+    p.add_argument("--split", default="all", choices=SPLITS,
+                   help="dev: question_id %% 5 == 0, for training decisions; test: the rest, for published results; "
+                        "all: every row (default; runs before the split existed)")
     p.add_argument("--max-new-tokens", type=int, required=True)
     p.add_argument("--methods", default="hf,baseline,eagle2", help="comma list of " + ",".join(METHODS))
     p.add_argument("--temperature", type=float, default=0.0)
@@ -174,14 +180,20 @@ def load_stack(model: str | None, head: str | None, device: str | None, dtype: s
             "core.pipeline.build_decoders")
 
 
+# `--tree auto` calibrates on this held-out prompt, never on a measured one (a tree planned on a prompt and then
+# measured on it would flatter that prompt); it is in neither Spec-Bench nor MT-bench.
+CALIBRATION_PROMPT = "Explain how the gears on a bicycle make it easier to ride up a steep hill."
+
+
 def resolve_tree(given: TreeConfig | None, eagle, prompt_ids: list[int],
                  sampling: SamplingConfig | None = None) -> tuple[TreeConfig, dict]:
     """The tree to use and how it was chosen; 'auto' (given None) asks core.autotree.choose_tree, calibrating at
-    the run's own sampling settings."""
+    the run's own sampling settings on `prompt_ids` (the bench passes CALIBRATION_PROMPT's ids)."""
     if given is not None:
         return given, {"source": "given"}
-    report = choose_tree(eagle, prompt_ids, sampling=sampling)  # calibrates on the first prompt (the warm-up one)
-    return report.chosen, {"source": "auto: core.autotree.choose_tree on the first prompt, at the run's sampling",
+    report = choose_tree(eagle, prompt_ids, sampling=sampling)
+    return report.chosen, {"source": "auto: core.autotree.choose_tree on the held-out calibration prompt, at the "
+                                     "run's sampling", "calibration_prompt": CALIBRATION_PROMPT,
                            "plan": describe(report.chosen),
                            "verify_ms": report.verify_ms, "expected_tokens": report.expected_tokens,
                            "draft_ms": report.draft_ms, "calibration": report.calibration}
@@ -230,7 +242,7 @@ def make_row(q: dict, method: str, o: Outcome, reference: Outcome | None, dtype:
     row = {"question_id": q["question_id"], "category": q["group"], "method": method, "new_tokens": n,
            "seconds": o.seconds, "tokens_per_s": n / o.seconds if o.seconds > 0 else 0.0,
            "target_forwards": o.target_forwards, "tau": n / o.target_forwards if o.target_forwards else None,
-           "identical_to_baseline": same, "first_mismatch": first_diff}
+           "identical_to_baseline": same, "first_mismatch": first_diff, "loop_period": loop_period(o.tokens)}
     if same is False:
         row["divergence"] = divergence_record(reference, o, dtype)
     if vocab is not None:
@@ -241,7 +253,8 @@ def make_row(q: dict, method: str, o: Outcome, reference: Outcome | None, dtype:
     if method in EAGLE_METHODS and o.stats is not None:
         row.update(steps=o.stats.steps, accepted_drafts=o.stats.accepted_drafts, drafted_tokens=o.stats.drafted_tokens,
                    accept_rate=o.stats.accept_rate, accept_hist=list(o.stats.accept_hist),
-                   depth_accept=list(o.stats.depth_accept))
+                   depth_accept=list(o.stats.depth_accept), accepted_lookup=o.stats.accepted_lookup,
+                   accepted_head=o.stats.accepted_head)
     return row
 
 
@@ -322,6 +335,7 @@ def machine_config(a: argparse.Namespace, plan: Plan, target, tree: TreeConfig, 
         "top_p": plan.decode.sampling.top_p, "top_k": plan.decode.sampling.top_k, "seed": a.seed,
         "max_new_tokens": plan.decode.max_new_tokens, "questions": a.questions,
         "categories": sorted(plan.categories) or "all", "per_category": a.per_category, "limit": a.limit,
+        "split": getattr(a, "split", "all"),
         "file_categories": a.file_categories,
         "n_prompts": n_prompts, "prompt_format": "raw" if a.raw else "chat template when the tokenizer has one",
         "hf_pld_tokens": PLD_TOKENS if "hf-pld" in plan.methods else None,
@@ -350,8 +364,8 @@ def _progress_bar(total: int, methods: tuple[str, ...]):
 
 def bench(a: argparse.Namespace, plan: Plan) -> dict:
     """Load, select, run, summarize: the whole benchmark as one JSON-ready dict."""
-    questions = select_questions(read_questions(a.questions), plan.categories, a.per_category, a.limit,
-                                 a.file_categories)
+    questions = select_questions(split_questions(read_questions(a.questions), getattr(a, "split", "all")),
+                                 plan.categories, a.per_category, a.limit, a.file_categories)
     if not questions:
         raise BenchError("no questions selected")
     torch.manual_seed(a.seed)
@@ -360,10 +374,11 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
     target, tok, baseline, eagle, loader = load_stack(a.model, a.head, a.device, a.dtype,
                                                       getattr(a, "trust_remote_code", False))
     prompts = [pipeline.encode_prompt(tok, q["turns"][0], "raw" if a.raw else "auto") for q in questions]
+    calibration_ids = pipeline.encode_prompt(tok, CALIBRATION_PROMPT, "raw" if a.raw else "auto")
     if plan.tree is None and not uses_run_tree(plan):  # nothing drafts with auto's tree: skip its calibration
         tree, tree_info = plan.decode.tree, {"source": "unused: no method drafts with the run's tree"}
     else:
-        tree, tree_info = resolve_tree(plan.tree, eagle, prompts[0], plan.decode.sampling)
+        tree, tree_info = resolve_tree(plan.tree, eagle, calibration_ids, plan.decode.sampling)
     eagle_b = None
     if getattr(a, "head_b", None):
         from core.eagle import Eagle2Decoder
@@ -372,7 +387,7 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
         eagle_b = Eagle2Decoder(target, make_drafter(pipeline.read_head(a.head_b, target), target), "eagle2")
     greedy_tree, greedy_info = None, None
     if "eagle2-greedy-tree" in plan.methods:
-        greedy_tree, greedy_info = resolve_tree(None, eagle, prompts[0], SamplingConfig())
+        greedy_tree, greedy_info = resolve_tree(None, eagle, calibration_ids, SamplingConfig())
     medusa, medusa_path = None, None
     if "medusa" in plan.methods:
         from core.eagle import Eagle2Decoder
@@ -425,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"core.bench: error: {msg}", file=sys.stderr)
         return 2
     print(summary_table(result["summary"]))
+    print()
+    print(honest_table(result["summary"]))
     print()
     print(category_table(result["summary"]))
     print()
