@@ -24,6 +24,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-prompt-tokens", type=int, default=4096, help="per-request cap on prompt tokens")
     p.add_argument("--request-seconds", type=float, default=300.0, help="wall-clock budget of one request")
     p.add_argument("--queue-size", type=int, default=32, help="requests waiting at most; more are told 'Queue is full'")
+    p.add_argument("--queue-wait", type=float, default=600.0, help="queue deadline (s): longer waits are told 'busy'")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
     p.add_argument("--tree", default=None, help="'auto': measure this machine at start-up and plan one tree for greedy and one for sampled requests; or T,D,K[,L[,S]] for all (S: dynamic depth's stop_below)")
     p.add_argument("--prompt-mode", default="auto", choices=["auto", "raw", "chat"], help="auto: chat if templated")
@@ -31,8 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if min(args.max_new_tokens_cap, args.max_prompt_tokens, args.queue_size) < 1:
         p.error("--max-new-tokens-cap, --max-prompt-tokens and --queue-size must be at least 1")
-    if not 0 < args.request_seconds < float("inf"):
-        p.error("--request-seconds must be a positive number")
+    if not (0 < args.request_seconds < float("inf") and 0 < args.queue_wait < float("inf")):
+        p.error("--request-seconds and --queue-wait must be positive numbers")
     return args
 
 
@@ -56,8 +57,8 @@ def main(argv: list[str] | None = None) -> None:
     tree = auto_or_parse(args.tree, eagle, tok)
     demo = build_demo(tok, baseline, eagle, info=info_line(target, eagle, args.head),
                       max_new_tokens=args.max_new_tokens_cap, max_prompt_tokens=args.max_prompt_tokens, tree=tree,
-                      prompt_mode=args.prompt_mode, system=args.system,
-                      limits=Limits(seconds=args.request_seconds, queue=args.queue_size), compare=compare)
+                      prompt_mode=args.prompt_mode, system=args.system, compare=compare,
+                      limits=Limits(seconds=args.request_seconds, queue=args.queue_size, queue_wait=args.queue_wait))
     print(f"[eagle-playground] ready at {serve(demo, args.host, args.port, args.share)}", flush=True)
     demo.block_thread()
 

@@ -37,6 +37,7 @@ from app.state import RunRecord
 from core.autotree import TreePlan
 from core.config import DecodeConfig, DecodeError
 from core.events import StepEvent, summarize
+from core.eagle import NON_FINITE_DRAFT_NOTE
 from core.exactness import Divergence, divergence_of, short_name
 from core.pipeline import encode_prompt
 from core.pipeline import prompt_mode as resolve_prompt_mode
@@ -58,6 +59,18 @@ def step_slider(n_steps: int) -> gr.Slider:
                          label="Draft tree of verify step (scrub after the run)")
     return gr.Slider(minimum=1, maximum=n_steps, value=n_steps, step=1, interactive=True,
                      label=f"Draft tree of verify step (1–{n_steps})")
+
+
+def noted(record: RunRecord, steps: Iterator[tuple[str, StepEvent]]) -> Iterator[tuple[str, StepEvent]]:
+    """The race's steps, unchanged, with a step's engine note (a head whose draft scores were NaN or inf, answered
+    with the target's own token) copied once into record.note, so the UI warns and `/run` returns it."""
+    try:
+        for side, ev in steps:
+            if ev.note == NON_FINITE_DRAFT_NOTE and NON_FINITE_DRAFT_NOTE not in record.note:
+                record.note = f"{record.note} {NON_FINITE_DRAFT_NOTE}.".strip()
+            yield side, ev
+    finally:
+        steps.close()
 
 
 class Playground:
@@ -127,8 +140,8 @@ class Playground:
                 return True
             return False
 
-        return self._race(record.prompt_ids, cfg, record.lanes, record.compare_kind,
-                          None if self.zero_gpu else should_stop)
+        return noted(record, self._race(record.prompt_ids, cfg, record.lanes, record.compare_kind,
+                                        None if self.zero_gpu else should_stop))
 
     def client_gone(self, request: gr.Request | None, api_name: str) -> Callable[[], bool]:
         """A check that turns true once the client of this queued request has disconnected or cancelled it.
@@ -137,20 +150,36 @@ class Playground:
         jobs when it is cancelled; a plain (non-generator) function is never told either, so `/run` asks. This reads
         Gradio's queue (no public API for it); when the event cannot be found (a direct call, another Gradio) the
         check stays false and the request simply runs to its end or its time budget."""
+        event = self._event_of(request, api_name)
+        if event is None:
+            return lambda: False
+        return lambda: not getattr(event, "alive", True) or not any(ev is event for ev in self._active())
+
+    def _active(self) -> list:
+        """The events Gradio's queue is running now (its `active_jobs`; no public API)."""
+        return [ev for job in list(getattr(self.queue, "active_jobs", None) or []) if job for ev in job]
+
+    def _event_of(self, request: gr.Request | None, api_name: str):
+        """This request's running queue event, or None (a direct call, another Gradio, or not found)."""
         session = getattr(request, "session_hash", None)
-        queue = self.queue
-        if queue is None or session is None:
-            return lambda: False
-
-        def active() -> list:
-            return [ev for job in list(getattr(queue, "active_jobs", None) or []) if job for ev in job]
-
-        mine = [ev for ev in active() if getattr(ev, "session_hash", None) == session
+        if self.queue is None or session is None:
+            return None
+        mine = [ev for ev in self._active() if getattr(ev, "session_hash", None) == session
                 and getattr(getattr(ev, "fn", None), "api_name", None) == api_name]
-        if len(mine) != 1:
-            return lambda: False
-        event = mine[0]
-        return lambda: not getattr(event, "alive", True) or not any(ev is event for ev in active())
+        return mine[0] if len(mine) == 1 else None
+
+    def check_queue_wait(self, request: gr.Request | None, api_name: str) -> None:
+        """The queue's deadline: a request that waited longer than limits.queue_wait for its turn (Gradio's event
+        records when it joined) is answered "busy" instead of running, so a long queue of long requests cannot
+        keep a client waiting for hours. Requests not found in the queue (direct calls) are not checked."""
+        event = self._event_of(request, api_name)
+        joined = getattr(event, "enqueue_time", None)
+        waited = time.monotonic() - joined if isinstance(joined, (int, float)) else 0.0
+        if waited > self.limits.queue_wait:
+            msg = (f"The server was busy: this request waited {waited:.0f} s for its turn, longer than the "
+                   f"{self.limits.queue_wait:g} s the queue allows. Please try again.")
+            log_rejected(api_name, self.model, msg)
+            raise user_error(msg, "Server busy")
 
     # ---------------------------------------------------------------------------------- input boundary
 
@@ -201,7 +230,7 @@ class Playground:
     def tree_settings(self, temperature, total_tokens=None, depth=None, top_k=None, lookup=None,
                       stop_below=None) -> tuple:
         """Tree settings a request left out (None) filled from the tree planned for its temperature's regime."""
-        planned = self.trees.for_temperature(as_float("temperature", temperature))
+        planned = self.limits.clamp(self.trees.for_temperature(as_float("temperature", temperature)))
         given = (total_tokens, depth, top_k, lookup, stop_below)
         return tuple(getattr(planned, f) if v is None else v for f, v in zip(RunSettings.TREE_FIELDS, given))
 
@@ -213,10 +242,8 @@ class Playground:
             t = None
         if touched or t is None:
             return [gr.skip()] * len(RunSettings.TREE_FIELDS)
-        tree = self.trees.for_temperature(t)
-        lim = self.limits
-        return [min(tree.total_tokens, lim.total_tokens), min(tree.depth, lim.depth), min(tree.top_k, lim.top_k),
-                min(tree.lookup, lim.lookup), min(tree.stop_below, lim.stop_below)]
+        tree = self.limits.clamp(self.trees.for_temperature(t))
+        return [tree.total_tokens, tree.depth, tree.top_k, tree.lookup, tree.stop_below]
 
     @contextmanager
     def guarded(self, endpoint: str, record: RunRecord):
@@ -242,7 +269,7 @@ class Playground:
             outcome, error = "error", type(e).__name__
             raise
         finally:
-            if outcome == "ok" and record.note:
+            if outcome == "ok" and record.note.startswith("Stopped after the"):  # the time budget's note (_steps)
                 outcome = "timeout"
             if outcome == "ok" and record.stop:
                 outcome = "stopped"
@@ -258,6 +285,7 @@ class Playground:
         """Run button (the UI's inputs in RunSettings order): stream the lanes as a race. Text refreshes at most
         every text_every s, the draft trees every plot_every s and the charts every charts_every s (plotly
         re-renders are what costs the browser most)."""
+        self.check_queue_wait(request, "stream")
         settings = RunSettings(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
                                compare, stop_below)
         record, cfg = self.prepare(settings, endpoint="stream")
@@ -394,6 +422,7 @@ class Playground:
         says why a run stopped early (the time budget per request), else it is empty. A third lane adds
         `compare_method`, `compare_text`, `compare_token_ids`, `compare_identical`, `compare` (statistics),
         `compare_speedup` (over baseline) and `eagle_vs_compare` (EAGLE-2 tokens/s over the token-level lane's)."""
+        self.check_queue_wait(request, "run")
         settings = RunSettings(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
                                compare, stop_below)
         record, cfg = self.prepare(settings, endpoint="run")

@@ -21,6 +21,10 @@ SANS = ("system-ui", "-apple-system", "Segoe UI", "Roboto", "Helvetica Neue", "A
 MONO = ("ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "DejaVu Sans Mono", "monospace")
 PLACEHOLDER = '<div class="gen-text placeholder">Press Run to generate.</div>'
 STATE_TTL_S = 1800  # a session's record expires 30 min after its last update (Gradio keeps a closed tab's 1 h)
+# The page takes no file, but Gradio's upload route exists on every app: cap what it accepts and sweep its cache, so
+# an app exposed with --host 0.0.0.0 or --share cannot be filled with uploads.
+MAX_UPLOAD = "1mb"
+DELETE_CACHE = (3600, 3600)  # every hour, delete Gradio's temporary files older than an hour
 
 
 def load_examples() -> list[str]:
@@ -39,6 +43,7 @@ def launch_options() -> dict:
                                 font_mono=MONO),
         css_paths=[STATIC / "style.css"],
         allowed_paths=[],
+        max_file_size=MAX_UPLOAD,
     )
 
 
@@ -80,7 +85,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
     examples = load_examples() if examples is None else examples
     note = eagle.note
 
-    with gr.Blocks(title="EAGLE Playground") as demo:
+    with gr.Blocks(title="EAGLE Playground", delete_cache=DELETE_CACHE) as demo:
         # ------------------------------------------------------------------------------------ layout
         gr.Markdown("# EAGLE Playground\nThe same prompt decoded twice on the same device: plain decoding and "
                     "**EAGLE-2** speculative decoding, raced by compute time.", elem_id="header")
@@ -189,8 +194,9 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
         race_with.change(show_lanes, [race_with], [compare_col, compare_tree_col, compare_title], queue=False,
                          api_visibility="private")
         stop.click(pg.finish, [state], outputs, cancels=[run_event], queue=False, api_visibility="private")
+        # queue=False: scrubbing redraws a stored tree (no device work), so it never takes a place in the queue
         step.input(pg.show_step, [state, step], [tree, compare_tree], trigger_mode="always_last", show_progress="hidden",
-                   api_visibility="private")
+                   api_visibility="private", queue=False)
         tree_sliders = [total_tokens, depth, top_k, lookup, stop_below]  # RunSettings.TREE_FIELDS order
         for slider in tree_sliders:  # .input fires on the user's own moves only, not on the updates below
             slider.input(lambda: True, None, tree_touched, queue=False, api_visibility="private")
