@@ -39,6 +39,7 @@ from core.config import DecodeConfig, DecodeError
 from core.events import StepEvent, summarize
 from core.eagle import NON_FINITE_DRAFT_NOTE
 from core.exactness import Divergence, divergence_of, short_name
+from core.stops import check_stops, stop_at
 from core.pipeline import encode_prompt
 from core.pipeline import prompt_mode as resolve_prompt_mode
 
@@ -106,16 +107,18 @@ class Playground:
     # ---------------------------------------------------------------------------------- the device work
 
     def _race_steps(self, prompt_ids: list[int], cfg: DecodeConfig, lanes: tuple[str, ...] = ("baseline", "eagle"),
-                    compare: str = "none", should_stop: Callable[[], bool] | None = None
-                    ) -> Iterator[tuple[str, StepEvent]]:
-        """The lanes' decoders raced step by step until done or should_stop(); closing this generator stops all."""
+                    compare: str = "none", should_stop: Callable[[], bool] | None = None,
+                    stops: tuple[str, ...] = ()) -> Iterator[tuple[str, StepEvent]]:
+        """The lanes' decoders raced step by step until done or should_stop(); closing this generator stops all.
+        Each lane ends on its own once its text contains one of `stops` (core/stops.py)."""
         closed = [False]
 
         def stop() -> bool:
             return closed[0] or bool(should_stop and should_stop())
 
         decoders = {"baseline": self.baseline, "compare": self.compare.get(compare), "eagle": self.eagle}
-        gens = {lane: decoders[lane].generate(prompt_ids, cfg, stop) for lane in lanes}
+        text = lambda ids: self.tok.decode(ids, skip_special_tokens=True)  # noqa: E731
+        gens = {lane: stop_at(decoders[lane].generate(prompt_ids, cfg, stop), text, stops) for lane in lanes}
         try:
             yield from race(gens)
         finally:
@@ -141,7 +144,7 @@ class Playground:
             return False
 
         return noted(record, self._race(record.prompt_ids, cfg, record.lanes, record.compare_kind,
-                                        None if self.zero_gpu else should_stop))
+                                        None if self.zero_gpu else should_stop, record.stops))
 
     def client_gone(self, request: gr.Request | None, api_name: str) -> Callable[[], bool]:
         """A check that turns true once the client of this queued request has disconnected or cancelled it.
@@ -208,6 +211,7 @@ class Playground:
             cfg = make_config(st.max_new_tokens, st.temperature, st.top_p, st.seed, *tree, cap=self.cap,
                               limits=self.limits)
             compare = compare_choice(st.compare, tuple(self.compare))
+            stops = check_stops(st.stop.split("\n") if isinstance(st.stop, str) else st.stop)
         except ValueError as e:
             raise user_error(str(e), "Invalid setting") from None
         try:
@@ -224,7 +228,7 @@ class Playground:
             raise user_error(f"The prompt is {len(ids)} tokens; at most {max(limit, 0)} fit with these settings.",
                              "Prompt too long")
         record = RunRecord(prompt=prompt, prompt_ids=ids, greedy=cfg.sampling.greedy, tree_depth=cfg.tree.depth,
-                           model=self.model, compare_kind=compare)
+                           model=self.model, compare_kind=compare, stops=stops)
         return record, cfg
 
     def tree_settings(self, temperature, total_tokens=None, depth=None, top_k=None, lookup=None,
@@ -280,14 +284,14 @@ class Playground:
     # ---------------------------------------------------------------------------------- UI events
 
     def stream(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
-               lookup=DEFAULT_TREE.lookup, compare="none", stop_below=DEFAULT_TREE.stop_below,
+               lookup=DEFAULT_TREE.lookup, compare="none", stop_below=DEFAULT_TREE.stop_below, stop="",
                request: gr.Request = None):
         """Run button (the UI's inputs in RunSettings order): stream the lanes as a race. Text refreshes at most
         every text_every s, the draft trees every plot_every s and the charts every charts_every s (plotly
         re-renders are what costs the browser most)."""
         self.check_queue_wait(request, "stream")
         settings = RunSettings(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
-                               compare, stop_below)
+                               compare, stop_below, stop)
         record, cfg = self.prepare(settings, endpoint="stream")
         gone = self.client_gone(request, "stream")
         det = {s: Detokenizer(self.tok, record.prompt_ids) for s in record.lanes}
@@ -412,7 +416,7 @@ class Playground:
     def run(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
             seed: int = 0, total_tokens: int | None = None, depth: int | None = None,
             top_k: int | None = None, lookup: int | None = None, compare: str = "none",
-            stop_below: float | None = None, request: gr.Request = None) -> dict:
+            stop_below: float | None = None, stop: list[str] | None = None, request: gr.Request = None) -> dict:
         """Generate `prompt` with plain decoding and EAGLE-2 (and, with `compare` "medusa" or "lookup", a
         token-level drafter as a third lane); return the texts, whether the token ids are identical, each method's
         statistics and the speedup (EAGLE-2 tokens/s over baseline tokens/s). Tree settings left out take the tree
@@ -424,7 +428,7 @@ class Playground:
         `compare_speedup` (over baseline) and `eagle_vs_compare` (EAGLE-2 tokens/s over the token-level lane's)."""
         self.check_queue_wait(request, "run")
         settings = RunSettings(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
-                               compare, stop_below)
+                               compare, stop_below, stop)
         record, cfg = self.prepare(settings, endpoint="run")
         with self.guarded("run", record):
             steps = self._steps(record, cfg, self.client_gone(request, "run"))

@@ -37,6 +37,7 @@ class RunSettings:
     lookup: object = None
     compare: object = "none"
     stop_below: object = None  # after compare: positional /run callers of earlier versions keep their meaning
+    stop: object = None  # stop strings: a list, or text with one per line (core/stops.py); last, for the same reason
 
     TREE_FIELDS = ("total_tokens", "depth", "top_k", "lookup", "stop_below")
 

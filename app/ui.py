@@ -140,6 +140,10 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
                                        info="dynamic depth: no draft level below one whose best guess has a "
                                             "cumulative draft probability under this (0 = fixed depth)",
                                        elem_id="tree-stop-below")
+            with gr.Row():
+                stop_strings = gr.Textbox(label="Stop strings", lines=1, max_lines=4, max_length=4 * 65,
+                                          placeholder="one per line, e.g. ###", elem_id="stop-strings",
+                                          info="each lane ends once its text contains one (kept in the output)")
         with gr.Row():
             with gr.Column(elem_classes=["panel"]):
                 gr.Markdown("### Baseline · plain decoding", elem_classes=["panel-title"])
@@ -174,7 +178,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
 
         # ------------------------------------------------------------------------------------ listeners
         inputs = [prompt, max_new, temperature, top_p, seed, total_tokens, depth, top_k, lookup, race_with,
-                  stop_below]  # RunSettings order
+                  stop_below, stop_strings]  # RunSettings order
         by_id = {"baseline-output": base_out, "compare-output": compare_out, "eagle-output": eagle_out, "stats": stats,
                  "stats-charts": charts, "draft-tree": tree, "compare-tree": compare_tree, "step-slider": step,
                  "state": state}

@@ -29,7 +29,7 @@ from fakes import Paced, ReplayDecoder, baseline_events, tiny_stack  # noqa: E40
 
 PROMPT = "Once upon a time"
 CAP_NEW, CAP_PROMPT = 64, 48
-GOOD = (PROMPT, 8, 0.0, 1.0, 0, 24, 6, 6, 10, "none", 0.0)
+GOOD = (PROMPT, 8, 0.0, 1.0, 0, 24, 6, 6, 10, "none", 0.0, "")
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def server(tmp_path_factory):
 
 def args(**kw):
     names = ("prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k", "lookup",
-             "compare", "stop_below")
+             "compare", "stop_below", "stop")
     return tuple(kw.get(n, v) for n, v in zip(names, GOOD))
 
 
@@ -434,7 +434,7 @@ def test_api_takes_no_file_paths(server):
     api = server.view_api(print_info=False, return_format="dict")
     params = [p["parameter_name"] for p in api["named_endpoints"]["/run"]["parameters"]]
     assert params == ["prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k",
-                      "lookup", "compare", "stop_below"]  # compare: a COMPARE key, never a path
+                      "lookup", "compare", "stop_below", "stop"]  # compare: a COMPARE key, never a path
     assert not any("path" in p or "head" in p or "model" in p for p in params)
 
 

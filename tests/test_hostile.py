@@ -51,6 +51,17 @@ def test_uploads_are_capped_and_the_cache_is_swept(server):
     assert Client(url, verbose=False).predict(PROMPT, 4, api_name="/run")["identical"] is True  # still serving
 
 
+def test_run_api_takes_stop_strings(server):
+    """/run over HTTP: `stop` (a list of strings) ends both lanes at the same token."""
+    _, url = server
+    c = Client(url, verbose=False)
+    full = c.predict(PROMPT, 24, api_name="/run")
+    stop = full["baseline_text"].strip()[8:12]
+    out = c.predict(PROMPT, 24, stop=[stop], api_name="/run")
+    assert stop in out["baseline_text"] and len(out["baseline_token_ids"]) < 24
+    assert out["identical"] is True and out["eagle_token_ids"] == out["baseline_token_ids"]
+
+
 def test_cheap_events_never_take_a_place_in_the_queue(server):
     """Only the two generation endpoints are queued; the step scrubber, Stop, the lane choice and the slider
     bookkeeping run outside the queue, so scrubbing can neither fill it nor wait behind a generation."""
