@@ -16,6 +16,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--medusa-head", default=None, help="Medusa head folder for the token-level lane (default: shipped)")
     p.add_argument("--device", default=None, help="cuda | mps | cpu (default: best available)")
     p.add_argument("--dtype", default=None, help="bf16 | fp16 | fp32 | auto (default: on CPU the faster one, timed)")
+    p.add_argument("--choices", default=None, help="pin dtype/kernels from FILE or write them there (core/choices.py)")
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1, or $GRADIO_SERVER_NAME)")
     p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
     p.add_argument("--share", action="store_true", help="also open a temporary public *.gradio.live link")
@@ -44,12 +45,11 @@ def main(argv: list[str] | None = None) -> None:
     from app.startup import auto_or_parse, compare_decoders, configure_logging, dtype_note, info_line, warm_up
     from app.ui import build_demo, serve
     from core.pipeline import build_decoders
-
     configure_logging(args.log_level)
     t0 = time.perf_counter()
     print(f"[eagle-playground] loading model {args.model or 'default'}, head {args.head or 'default'} ...", flush=True)
     target, tok, baseline, eagle = build_decoders(args.model, args.head, args.device, args.dtype,
-                                                  trust_remote_code=args.trust_remote_code)
+                                                  trust_remote_code=args.trust_remote_code, choices_file=args.choices)
     print(f"[eagle-playground] loaded {target.name} on {target.device} ({dtype_note(target)}) in "
           f"{time.perf_counter() - t0:.1f} s; warming up ...", flush=True)
     compare = compare_decoders(target, args.medusa_head)  # the token-level lanes (Medusa, lookup)

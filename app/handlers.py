@@ -37,6 +37,7 @@ from app.state import RunRecord
 from core.autotree import TreePlan
 from core.config import DecodeConfig, DecodeError
 from core.events import StepEvent, summarize
+from core import choices
 from core.eagle import NON_FINITE_DRAFT_NOTE
 from core.exactness import Divergence, divergence_of, short_name
 from core.stops import check_stops, stop_at
@@ -455,6 +456,9 @@ class Playground:
             "speedup": e / b if b else 0.0,
             "tree": dataclasses.asdict(cfg.tree),
             "note": record.note,
+            # the dtype and kernel routes this ran with, pinned or timed (core/choices.py); None for a fake target
+            "choices": choices.describe(self.baseline.target, getattr(self.eagle, "drafter", None))
+            if self.baseline.target is not None else None,
         }
         if "compare" in stats:
             c = stats["compare"].tokens_per_s

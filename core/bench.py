@@ -50,7 +50,7 @@ from core.bench_report import (  # noqa: F401  (re-exported: the pure arithmetic
     acceptance_table, category_table, honest_table, mean_tokens_per_s, pooled_tau, spec_bench_speedup, step_table,
     summarize_rows, summary_table, vocab_table, write_html,
 )
-from core import pipeline
+from core import choices, pipeline
 from core.autotree import choose_tree, describe
 from core.config import DecodeConfig, SamplingConfig, TreeConfig
 
@@ -118,6 +118,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=1,
                    help="rounds per prompt, each method's fastest kept (2+ steadies per-category ratios on a busy box)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
+    p.add_argument("--choices", default=None, metavar="FILE",
+                   help="pin dtype and kernel routes from FILE, or write this run's there when it does not exist "
+                        "(core/choices.py; also $EAGLE_CHOICES)")
     return p.parse_args(argv)
 
 
@@ -314,7 +317,7 @@ def run_bench(questions: list[dict], prompts: list[list[int]], runners: dict, me
 
 
 def machine_config(a: argparse.Namespace, plan: Plan, target, tree: TreeConfig, tree_info: dict, loader: str,
-                   n_prompts: int) -> dict:
+                   n_prompts: int, eagle=None) -> dict:
     """The `config` block of the JSON: machine, software, model and protocol settings."""
     import transformers
 
@@ -325,6 +328,7 @@ def machine_config(a: argparse.Namespace, plan: Plan, target, tree: TreeConfig, 
         "torch": torch.__version__, "transformers": transformers.__version__, "torch_threads": torch.get_num_threads(),
         "dtype": str(target.dtype).removeprefix("torch."), "device": str(target.device),
         "dtype_timing_ms": target.dtype_timing, "kernels": target.kernel_choices(), "model": target.name,
+        "choices": choices.describe(target, getattr(eagle, "drafter", None)),
         "loader": loader,
         "tree": {"spec": a.tree, **asdict(tree), **tree_info},
         "chain_tree": asdict(chain) if "eagle2-chain" in plan.methods else None,
@@ -369,6 +373,8 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
     if not questions:
         raise BenchError("no questions selected")
     torch.manual_seed(a.seed)
+    if getattr(a, "choices", None):
+        choices.use(a.choices)
     if a.threads:
         torch.set_num_threads(a.threads)
     target, tok, baseline, eagle, loader = load_stack(a.model, a.head, a.device, a.dtype,
@@ -408,7 +414,7 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
     finally:
         bar.close()
     head_trained = eagle.drafter.trained
-    config = machine_config(a, plan, target, tree, tree_info, loader, len(questions))
+    config = machine_config(a, plan, target, tree, tree_info, loader, len(questions), eagle)
     if a.head:
         head = a.head
     elif head_trained:

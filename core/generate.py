@@ -53,6 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default=None, help="cpu | cuda | mps | auto (default: auto)")
     p.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="stop once the generated text contains TEXT (kept in the output); repeat for several")
+    p.add_argument("--choices", default=None, metavar="FILE",
+                   help="pin dtype and kernel routes from FILE, or write this run's there (core/choices.py; also "
+                        "$EAGLE_CHOICES)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text + summary")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
     return p.parse_args(argv)
@@ -74,11 +77,12 @@ def generate(args: argparse.Namespace) -> dict:
     """Load, run one decoder, and return the JSON-able result."""
     cfg = decode_config(args)
     _quiet_libraries()
-    from core import pipeline
+    from core import choices, pipeline
     from core.events import summarize
 
     target, tokenizer, baseline, eagle = pipeline.build_decoders(
-        args.model, args.head, args.device, args.dtype, trust_remote_code=getattr(args, "trust_remote_code", False))
+        args.model, args.head, args.device, args.dtype, trust_remote_code=getattr(args, "trust_remote_code", False),
+        choices_file=getattr(args, "choices", None))
     mode = getattr(args, "prompt_mode", "auto")
     prompt_ids = pipeline.encode_prompt(tokenizer, args.prompt, mode)
     pipeline.check_prompt_fits(target, prompt_ids, cfg)
@@ -98,6 +102,7 @@ def generate(args: argparse.Namespace) -> dict:
         "token_ids": ids,
         "text": pipeline.decode(tokenizer, ids),
         "stats": stats,
+        "choices": choices.describe(target, eagle.drafter),  # dtype and kernel routes in force (core/choices.py)
     }
 
 

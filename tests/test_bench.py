@@ -70,6 +70,8 @@ def test_end_to_end_all_methods(stack, tmp_path, capsys):
         assert key in c, key
     assert {"platform", "processor", "cpu_count"} <= set(c["machine"])
     assert set(c["kernels"]) == {"lm_head", "lazy_rows", "body_onednn_rows", "packed_weights"}  # start-up's choices
+    assert c["choices"]["lm_head"] == c["kernels"]["lm_head"] and c["choices"]["dtype"] == "float32"
+    assert c["choices"]["source"].startswith("pinned") and "draft_head" in c["choices"]  # tests/conftest.py's pin
     assert c["dtype"] == "float32" and c["n_prompts"] == 3  # writing + roleplay collapse into mt_bench
     assert (c["tree"]["total_tokens"], c["tree"]["depth"], c["tree"]["top_k"]) == (10, 4, 3)
     rows = res["per_prompt"]

@@ -106,6 +106,7 @@ def test_a_head_with_bias_or_an_unusual_dtype_keeps_linear():
     assert kernels.head_kernel(w, rounds=1) in kernels.head_candidates(w)  # unpatched: a real timing
 
 
+@pytest.mark.timed  # tests start-up timing: no pinned path (tests/conftest.py)
 @pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa"])
 def test_drafters_time_their_own_head_and_draft_the_same_with_any_kernel(monkeypatch, kind):
     """A reduced draft vocabulary is its own (Vd, H) product, so each drafter times it as the target times its
@@ -260,6 +261,7 @@ def test_the_function_mode_reads_the_packed_copy():
     assert seen == [True, False]
 
 
+@pytest.mark.timed  # tests start-up timing: no pinned path (tests/conftest.py)
 @pytest.mark.parametrize("head_wins,body_wins", [(True, True), (False, False), (True, False)])
 def test_a_target_keeps_only_the_packed_copies_its_timing_picked(monkeypatch, head_wins, body_wins):
     """The LM head's packed copy stays only where the oneDNN product was timed fastest, the body's only where some
@@ -275,6 +277,7 @@ def test_a_target_keeps_only_the_packed_copies_its_timing_picked(monkeypatch, he
     assert body and all((tgt.packed.get(w) is not None) is body_wins for w in body)
 
 
+@pytest.mark.timed  # tests start-up timing: no pinned path (tests/conftest.py)
 @pytest.mark.parametrize("kind", ["llama", "gemma3"])
 @pytest.mark.parametrize("drafter_kind", ["eagle", "eagle3", "medusa"])
 def test_packed_weights_keep_eagle_equal_to_the_baseline(monkeypatch, kind, drafter_kind):
