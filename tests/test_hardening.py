@@ -114,17 +114,34 @@ API_BAD = [
 ENDPOINTS = ("/run", "/stream")  # the API and the UI's own event: one validation path, the same maxima
 
 
+def generation_spy(monkeypatch) -> list[str]:
+    """Records every decode call (baseline or EAGLE-2, any drafter) made while the test runs."""
+    from core.baseline import BaselineDecoder
+    from core.eagle import Eagle2Decoder
+
+    calls: list[str] = []
+    for cls in (BaselineDecoder, Eagle2Decoder):
+        real = cls.generate
+
+        def spy(self, *a, _real=real, **k):
+            calls.append(self.method)
+            return _real(self, *a, **k)
+
+        monkeypatch.setattr(cls, "generate", spy)
+    return calls
+
+
 def message(e: BaseException) -> str:
     return str(e).strip()
 
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
 @pytest.mark.parametrize("inputs,pattern", API_BAD, ids=[f"api{i}" for i in range(len(API_BAD))])
-def test_api_rejects_bad_input_and_keeps_serving(server, endpoint, inputs, pattern):
-    t0 = time.perf_counter()
+def test_api_rejects_bad_input_and_keeps_serving(server, endpoint, inputs, pattern, monkeypatch):
+    decoded = generation_spy(monkeypatch)
     with pytest.raises(Exception, match=pattern) as e:
         server.predict(*inputs, api_name=endpoint)
-    assert time.perf_counter() - t0 < 5.0
+    assert decoded == []  # refused at the boundary: no decoder ran a step for it
     assert "\n" not in message(e.value) and len(message(e.value)) < 200, message(e.value)
 
 
@@ -264,15 +281,15 @@ def cli_main(which: str):
 
 
 @pytest.mark.parametrize("which,argv,pattern", CLI_BAD, ids=[f"{c[0]}{i}" for i, c in enumerate(CLI_BAD)])
-def test_cli_bad_input_one_line_nonzero_exit(tiny_loader, tiny_folders, capsys, which, argv, pattern):
+def test_cli_bad_input_one_line_nonzero_exit(tiny_loader, tiny_folders, capsys, monkeypatch, which, argv, pattern):
     root, _ = tiny_folders
     argv = [a.replace("{root}", str(root)) for a in argv]
-    t0 = time.perf_counter()
+    decoded = generation_spy(monkeypatch)
     try:
         rc = cli_main(which)(argv)
     except SystemExit as e:  # argparse errors
         rc = e.code
-    assert time.perf_counter() - t0 < 5.0
+    assert decoded == []  # refused before any decoding
     err = capsys.readouterr().err.strip()
     assert rc not in (0, None), err
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
@@ -438,9 +455,33 @@ def test_api_takes_no_file_paths(server):
     assert not any("path" in p or "head" in p or "model" in p for p in params)
 
 
-def test_head_loading_is_safe():
-    src = (Path(__file__).resolve().parent.parent / "core" / "draft_head.py").read_text()
-    assert "weights_only=True" in src and "model.safetensors" in src
+class _Payload:
+    """A pickle that creates a marker folder when unpickled: what a hostile pytorch_model.bin could do."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.makedirs, (str(self.marker),)
+
+
+def test_a_pickled_payload_in_a_head_is_refused_and_never_runs(tmp_path):
+    """A head folder whose pytorch_model.bin carries code (not tensors): loading refuses it and the code never runs
+    (torch.load with weights_only=True); a folder with model.safetensors loads from it."""
+    from core.draft_head import HeadConfig, init_head, load_head, save_head
+    from core.heads import load_any_head
+
+    save_head(init_head(HeadConfig(64, 128, 4, 2, 128)), tmp_path / "ok", dtype=torch.float32)
+    assert load_head(tmp_path / "ok").trained
+    bad = tmp_path / "bad"
+    save_head(init_head(HeadConfig(64, 128, 4, 2, 128)), bad, dtype=torch.float32)
+    (bad / "model.safetensors").unlink()
+    marker = tmp_path / "payload_ran"
+    torch.save({"fc.weight": _Payload(marker)}, bad / "pytorch_model.bin")
+    for load in (load_head, load_any_head):
+        with pytest.raises(Exception, match="(?i)weights only|unpickl|unsupported global"):
+            load(bad)
+    assert not marker.exists()
 
 
 def test_app_start_failure_is_one_line():
@@ -537,11 +578,10 @@ def slow_stack(pause: float = 0.05):
 def test_time_budget_stops_a_request_cleanly_with_a_note(caplog):
     tok, b, e = slow_stack()
     pg = Playground(tok, b, e, limits=Limits(seconds=0.5))
-    t0 = time.perf_counter()
     with caplog.at_level(logging.INFO, logger="eagle_playground.requests"):
         out = pg.run(PROMPT, 1000)
-    assert time.perf_counter() - t0 < 3.0
     assert "0.5 s time budget" in out["note"] and 0 < len(out["baseline_token_ids"]) < 1000
+    assert out["baseline"]["new_tokens"] == len(out["baseline_token_ids"])  # what ran is kept and counted
     assert json.loads(caplog.records[-1].getMessage())["outcome"] == "timeout"
     final = list(pg.stream(PROMPT, 1000, 0.0, 1.0, 0, 16, 6, 6, 10))[-1]
     assert "stopped" in final[0] and "time budget" in final[-1].note
