@@ -73,6 +73,8 @@ def info_line(target, eagle, head_arg: str | None = None) -> str:
     if head is not None:
         line += f" · head: {describe_head(head)}"
     line += f" (`{head_arg}`)" if head_arg else ""
+    if getattr(target, "head_kernel", None) is None:  # not a loaded TargetModel: no kernel routes to show
+        return line
     return line + " · " + choices.short(choices.describe(target, eagle.drafter))  # pinned or timed (core/choices.py)
 
 
