@@ -232,15 +232,20 @@ PLAIN_PATH = {"lm_head": "linear", "lazy_rows": False, "body_onednn_rows": [], "
               "draft_onednn_rows": [], "medusa_head": "linear"}
 
 
-@pytest.fixture(autouse=True)
-def pinned_kernel_path(request, tmp_path_factory):
-    if request.node.get_closest_marker("timed"):
-        choices.use(None)
-        yield
-        return
+@pytest.fixture(scope="session", autouse=True)
+def plain_path_file(tmp_path_factory):
+    """The pin file, in force from the start of the session (module-scoped fixtures build their models on it too)."""
     path = tmp_path_factory.getbasetemp() / "plain_path_choices.json"
-    if not path.exists():
-        path.write_text(json.dumps(PLAIN_PATH))
+    path.write_text(json.dumps(PLAIN_PATH))
     choices.use(path)
-    yield
+    yield path
     choices.use(None)
+
+
+@pytest.fixture(autouse=True)
+def pinned_kernel_path(request, plain_path_file):
+    """Each test starts on the plain path (or unpinned when marked `timed`) and leaves it restored, whatever pins it
+    set itself."""
+    choices.use(None if request.node.get_closest_marker("timed") else plain_path_file)
+    yield
+    choices.use(plain_path_file)
