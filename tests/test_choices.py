@@ -136,3 +136,13 @@ def test_run_and_the_info_line_record_the_choices():
     assert out["choices"]["lm_head"] == "linear" and out["choices"]["source"].startswith("pinned")  # conftest's pin
     assert {"dtype", "lazy_rows", "body_onednn_rows", "draft_head", "draft_onednn_rows"} <= set(out["choices"])
     assert "kernels: LM head linear · body plain · pinned" in info_line(b.target, e)
+
+
+def test_the_app_takes_a_choices_flag():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("app_main", ROOT / "app.py")
+    app_py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app_py)
+    assert app_py.parse_args(["--choices", "run.json"]).choices == "run.json"
+    assert app_py.parse_args([]).choices is None
