@@ -22,6 +22,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--medusa-head", default=None, help="Medusa head folder for the token-level lane (default: shipped)")
     p.add_argument("--device", default=None, help="cuda | mps | cpu (default: best available)")
     p.add_argument("--dtype", default=None, help="bf16 | fp16 | fp32 | auto (default: on CPU the faster one, timed)")
+    p.add_argument("--choices", default=None, help="pin dtype/kernels from FILE or write them there (core/choices.py)")
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1, or $GRADIO_SERVER_NAME)")
     p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
     p.add_argument("--share", action="store_true", help="also open a temporary public *.gradio.live link")
@@ -30,6 +31,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-prompt-tokens", type=int, default=4096, help="per-request cap on prompt tokens")
     p.add_argument("--request-seconds", type=float, default=300.0, help="wall-clock budget of one request")
     p.add_argument("--queue-size", type=int, default=32, help="requests waiting at most; more are told 'Queue is full'")
+    p.add_argument("--queue-wait", type=float, default=600.0, help="queue deadline (s): longer waits are told 'busy'")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
     p.add_argument("--tree", default=None, help="'auto': measure this machine at start-up and plan one tree for greedy and one for sampled requests; or T,D,K[,L[,S]] for all (S: dynamic depth's stop_below)")
     p.add_argument("--prompt-mode", default="auto", choices=["auto", "raw", "chat"], help="auto: chat if templated")
@@ -37,8 +39,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(env_args(p) + (sys.argv[1:] if argv is None else list(argv)))
     if min(args.max_new_tokens_cap, args.max_prompt_tokens, args.queue_size) < 1:
         p.error("--max-new-tokens-cap, --max-prompt-tokens and --queue-size must be at least 1")
-    if not 0 < args.request_seconds < float("inf"):
-        p.error("--request-seconds must be a positive number")
+    if not (0 < args.request_seconds < float("inf") and 0 < args.queue_wait < float("inf")):
+        p.error("--request-seconds and --queue-wait must be positive numbers")
     return args
 
 

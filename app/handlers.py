@@ -39,8 +39,11 @@ from core.autotree import TreePlan
 from core.config import DecodeConfig, DecodeError
 from core.conversation import answered, check_messages, encode_messages, with_system
 from core.events import StepEvent, summarize
+from core import choices
+from core.eagle import NON_FINITE_DRAFT_NOTE
 from core.exactness import Divergence, divergence_of, short_name
 from core.metrics_names import with_serving_names
+from core.stops import check_stops, stop_at
 from core.pipeline import encode_prompt
 from core.pipeline import prompt_mode as resolve_prompt_mode
 
@@ -61,6 +64,18 @@ def step_slider(n_steps: int) -> gr.Slider:
                          label="Draft tree of verify step (scrub after the run)")
     return gr.Slider(minimum=1, maximum=n_steps, value=n_steps, step=1, interactive=True,
                      label=f"Draft tree of verify step (1–{n_steps})")
+
+
+def noted(record: RunRecord, steps: Iterator[tuple[str, StepEvent]]) -> Iterator[tuple[str, StepEvent]]:
+    """The race's steps, unchanged, with a step's engine note (a head whose draft scores were NaN or inf, answered
+    with the target's own token) copied once into record.note, so the UI warns and `/run` returns it."""
+    try:
+        for side, ev in steps:
+            if ev.note == NON_FINITE_DRAFT_NOTE and NON_FINITE_DRAFT_NOTE not in record.note:
+                record.note = f"{record.note} {NON_FINITE_DRAFT_NOTE}.".strip()
+            yield side, ev
+    finally:
+        steps.close()
 
 
 class Playground:
@@ -103,16 +118,18 @@ class Playground:
 
     def _race_steps(self, prompt_ids: list[int], cfg: DecodeConfig, lanes: tuple[str, ...] = ("baseline", "eagle"),
                     compare: str = "none", should_stop: Callable[[], bool] | None = None,
-                    decoders: dict | None = None) -> Iterator[tuple[str, StepEvent]]:
+                    decoders: dict | None = None, stops: tuple[str, ...] = ()) -> Iterator[tuple[str, StepEvent]]:
         """The lanes' decoders raced step by step until done or should_stop(); closing this generator stops all.
-        `decoders`: by lane, bound when the request started (a model switch never changes a request's decoders)."""
+        `decoders`: by lane, bound when the request started (a model switch never changes a request's decoders).
+        Each lane ends on its own once its text contains one of `stops` (core/stops.py)."""
         closed = [False]
 
         def stop() -> bool:
             return closed[0] or bool(should_stop and should_stop())
 
         decoders = decoders or {"baseline": self.baseline, "compare": self.compare.get(compare), "eagle": self.eagle}
-        gens = {lane: decoders[lane].generate(prompt_ids, cfg, stop) for lane in lanes}
+        text = lambda ids: self.tok.decode(ids, skip_special_tokens=True)  # noqa: E731
+        gens = {lane: stop_at(decoders[lane].generate(prompt_ids, cfg, stop), text, stops) for lane in lanes}
         try:
             yield from race(gens)
         finally:
@@ -138,8 +155,8 @@ class Playground:
             return False
 
         bound = {"baseline": self.baseline, "compare": self.compare.get(record.compare_kind), "eagle": self.eagle}
-        return self._race(record.prompt_ids, cfg, record.lanes, record.compare_kind,
-                          None if self.zero_gpu else should_stop, bound)
+        return noted(record, self._race(record.prompt_ids, cfg, record.lanes, record.compare_kind,
+                                        None if self.zero_gpu else should_stop, bound, record.stops))
 
     def client_gone(self, request: gr.Request | None, api_name: str) -> Callable[[], bool]:
         """A check that turns true once the client of this queued request has disconnected or cancelled it.
@@ -148,20 +165,36 @@ class Playground:
         jobs when it is cancelled; a plain (non-generator) function is never told either, so `/run` asks. This reads
         Gradio's queue (no public API for it); when the event cannot be found (a direct call, another Gradio) the
         check stays false and the request simply runs to its end or its time budget."""
+        event = self._event_of(request, api_name)
+        if event is None:
+            return lambda: False
+        return lambda: not getattr(event, "alive", True) or not any(ev is event for ev in self._active())
+
+    def _active(self) -> list:
+        """The events Gradio's queue is running now (its `active_jobs`; no public API)."""
+        return [ev for job in list(getattr(self.queue, "active_jobs", None) or []) if job for ev in job]
+
+    def _event_of(self, request: gr.Request | None, api_name: str):
+        """This request's running queue event, or None (a direct call, another Gradio, or not found)."""
         session = getattr(request, "session_hash", None)
-        queue = self.queue
-        if queue is None or session is None:
-            return lambda: False
-
-        def active() -> list:
-            return [ev for job in list(getattr(queue, "active_jobs", None) or []) if job for ev in job]
-
-        mine = [ev for ev in active() if getattr(ev, "session_hash", None) == session
+        if self.queue is None or session is None:
+            return None
+        mine = [ev for ev in self._active() if getattr(ev, "session_hash", None) == session
                 and getattr(getattr(ev, "fn", None), "api_name", None) == api_name]
-        if len(mine) != 1:
-            return lambda: False
-        event = mine[0]
-        return lambda: not getattr(event, "alive", True) or not any(ev is event for ev in active())
+        return mine[0] if len(mine) == 1 else None
+
+    def check_queue_wait(self, request: gr.Request | None, api_name: str) -> None:
+        """The queue's deadline: a request that waited longer than limits.queue_wait for its turn (Gradio's event
+        records when it joined) is answered "busy" instead of running, so a long queue of long requests cannot
+        keep a client waiting for hours. Requests not found in the queue (direct calls) are not checked."""
+        event = self._event_of(request, api_name)
+        joined = getattr(event, "enqueue_time", None)
+        waited = time.monotonic() - joined if isinstance(joined, (int, float)) else 0.0
+        if waited > self.limits.queue_wait:
+            msg = (f"The server was busy: this request waited {waited:.0f} s for its turn, longer than the "
+                   f"{self.limits.queue_wait:g} s the queue allows. Please try again.")
+            log_rejected(api_name, self.model, msg)
+            raise user_error(msg, "Server busy")
 
     # ---------------------------------------------------------------------------------- input boundary
 
@@ -207,6 +240,7 @@ class Playground:
             cfg = make_config(st.max_new_tokens, st.temperature, st.top_p, st.seed, *tree, cap=self.cap,
                               limits=self.limits)
             compare = compare_choice(st.compare, tuple(self.compare))
+            stops = check_stops(st.stop.split("\n") if isinstance(st.stop, str) else st.stop)
         except ValueError as e:
             raise user_error(str(e), "Invalid setting") from None
         try:
@@ -224,13 +258,13 @@ class Playground:
                              "Prompt too long")
         record = RunRecord(prompt=prompt, prompt_ids=ids, greedy=cfg.sampling.greedy, tree_depth=cfg.tree.depth,
                            model=self.model, compare_kind=compare, messages=convo,
-                           settings=run_settings(prompt, cfg, compare))
+                           settings=run_settings(prompt, cfg, compare), stops=stops)
         return record, cfg
 
     def tree_settings(self, temperature, total_tokens=None, depth=None, top_k=None, lookup=None,
                       stop_below=None) -> tuple:
         """Tree settings a request left out (None) filled from the tree planned for its temperature's regime."""
-        planned = self.trees.for_temperature(as_float("temperature", temperature))
+        planned = self.limits.clamp(self.trees.for_temperature(as_float("temperature", temperature)))
         given = (total_tokens, depth, top_k, lookup, stop_below)
         return tuple(getattr(planned, f) if v is None else v for f, v in zip(RunSettings.TREE_FIELDS, given))
 
@@ -242,10 +276,8 @@ class Playground:
             t = None
         if touched or t is None:
             return [gr.skip()] * len(RunSettings.TREE_FIELDS)
-        tree = self.trees.for_temperature(t)
-        lim = self.limits
-        return [min(tree.total_tokens, lim.total_tokens), min(tree.depth, lim.depth), min(tree.top_k, lim.top_k),
-                min(tree.lookup, lim.lookup), min(tree.stop_below, lim.stop_below)]
+        tree = self.limits.clamp(self.trees.for_temperature(t))
+        return [tree.total_tokens, tree.depth, tree.top_k, tree.lookup, tree.stop_below]
 
     @contextmanager
     def guarded(self, endpoint: str, record: RunRecord):
@@ -271,7 +303,7 @@ class Playground:
             outcome, error = "error", type(e).__name__
             raise
         finally:
-            if outcome == "ok" and record.note:
+            if outcome == "ok" and record.note.startswith("Stopped after the"):  # the time budget's note (_steps)
                 outcome = "timeout"
             if outcome == "ok" and record.stop:
                 outcome = "stopped"
@@ -283,13 +315,14 @@ class Playground:
 
     def stream(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
                lookup=DEFAULT_TREE.lookup, compare="none", stop_below=DEFAULT_TREE.stop_below, messages=None,
-               request: gr.Request = None):
+               stop="", request: gr.Request = None):
         """Run button (the UI's inputs in RunSettings order): stream the lanes as a race. Text refreshes at most
         every text_every s, the draft trees every plot_every s and the charts every charts_every s (plotly
         re-renders are what costs the browser most). `messages`: the conversation so far in chat mode (app/chat.py),
-        None for a single prompt."""
+        None for a single prompt; `stop`: stop strings, one per line."""
+        self.check_queue_wait(request, "stream")
         settings = RunSettings(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
-                               compare, stop_below, messages)
+                               compare, stop_below, messages, stop)
         record, cfg = self.prepare(settings, endpoint="stream")
         gone = self.client_gone(request, "stream")
         det = {s: Detokenizer(self.tok, record.prompt_ids) for s in record.lanes}
@@ -416,7 +449,8 @@ class Playground:
     def run(self, prompt: str, max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
             seed: int = 0, total_tokens: int | None = None, depth: int | None = None,
             top_k: int | None = None, lookup: int | None = None, compare: str = "none",
-            stop_below: float | None = None, messages: list | None = None, request: gr.Request = None) -> dict:
+            stop_below: float | None = None, messages: list | None = None, stop: list[str] | None = None,
+            request: gr.Request = None) -> dict:
         """Generate `prompt` with plain decoding and EAGLE-2 (and, with `compare` "medusa" or "lookup", a
         token-level drafter as a third lane); return the texts, whether the token ids are identical, each method's
         statistics and the speedup (EAGLE-2 tokens/s over baseline tokens/s). Tree settings left out take the tree
@@ -430,9 +464,11 @@ class Playground:
         of a conversation: the prompt, when not empty, is appended as the new user turn (else the history's last
         message must be one), all of it goes through the chat template, and the result's `messages` is the history
         with the target's own answer (the baseline lane's text) appended: send it back with the next prompt.
-        Each lane's statistics carry vLLM's metric names beside this project's (core/metrics_names.py)."""
+        `stop`: stop strings; each lane ends once its text contains one. Each lane's statistics carry vLLM's metric
+        names beside this project's (core/metrics_names.py)."""
+        self.check_queue_wait(request, "run")
         settings = RunSettings(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
-                               compare, stop_below, messages)
+                               compare, stop_below, messages, stop)
         record, cfg = self.prepare(settings, endpoint="run")
         with self.guarded("run", record):
             steps = self._steps(record, cfg, self.client_gone(request, "run"))
@@ -459,6 +495,9 @@ class Playground:
             "speedup": e / b if b else 0.0,
             "tree": dataclasses.asdict(cfg.tree),
             "note": record.note,
+            # the dtype and kernel routes this ran with, pinned or timed (core/choices.py); None for a fake target
+            "choices": choices.describe(self.baseline.target, getattr(self.eagle, "drafter", None))
+            if self.baseline.target is not None else None,
         }
         if record.messages is not None:
             out["messages"] = answered(record.messages, out["baseline_text"])

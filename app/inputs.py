@@ -38,6 +38,7 @@ class RunSettings:
     compare: object = "none"
     stop_below: object = None  # after compare: positional /run callers of earlier versions keep their meaning
     messages: object = None  # the conversation before this turn ({role, content} list; core/conversation.py) or None
+    stop: object = None  # stop strings: a list, or text with one per line (core/stops.py); last, for the same reason
 
     TREE_FIELDS = ("total_tokens", "depth", "top_k", "lookup", "stop_below")
 
@@ -60,6 +61,14 @@ class Limits:
     top_p_min: float = 0.05
     seconds: float = 300.0  # wall-clock budget of one request's decoding; past it both methods stop cleanly
     queue: int = 32  # requests waiting at most (demo.queue(max_size=...)); more are told the server is busy
+    queue_wait: float = 600.0  # deadline: a request that waited longer for its turn is answered "busy", not run
+
+    def clamp(self, tree: TreeConfig) -> TreeConfig:
+        """A planned tree within these limits (`app.py --tree 200,6,6` or an `auto` plan wider than a request may
+        ask): the sliders show it and a request that leaves tree fields out runs it, so it must pass validation."""
+        return TreeConfig(min(tree.total_tokens, self.total_tokens), min(tree.depth, self.depth),
+                          min(tree.top_k, self.top_k), min(tree.lookup, self.lookup),
+                          min(tree.stop_below, self.stop_below))
 
 
 def user_error(message: str, title: str) -> gr.Error:

@@ -26,7 +26,7 @@ def start(args: argparse.Namespace):
     t0 = time.perf_counter()
     print(f"[eagle-playground] loading model {args.model or 'default'}, head {args.head or 'default'} ...", flush=True)
     target, tok, baseline, eagle = build_decoders(args.model, args.head, plan.device, plan.dtype,
-                                                  trust_remote_code=args.trust_remote_code)
+                                                  trust_remote_code=args.trust_remote_code, choices_file=args.choices)
     print(f"[eagle-playground] loaded {target.name} on {target.device} ({dtype_note(target)}) in "
           f"{time.perf_counter() - t0:.1f} s{'; warming up ...' if plan.warm_up else ''}", flush=True)
     compare = compare_decoders(target, args.medusa_head)  # the token-level lanes (Medusa, lookup)
@@ -36,6 +36,7 @@ def start(args: argparse.Namespace):
     demo = build_demo(tok, baseline, eagle, info=info_line(target, eagle, args.head),
                       max_new_tokens=args.max_new_tokens_cap, max_prompt_tokens=args.max_prompt_tokens, tree=tree,
                       prompt_mode=args.prompt_mode, system=args.system, verify_ms=verify_costs(target),
-                      limits=Limits(seconds=args.request_seconds, queue=args.queue_size), compare=compare)
+                      compare=compare,
+                      limits=Limits(seconds=args.request_seconds, queue=args.queue_size, queue_wait=args.queue_wait))
     print(f"[eagle-playground] ready at {serve(demo, args.host, args.port, args.share)}", flush=True)
     return demo

@@ -5,6 +5,8 @@ index order, which is descending draft score among siblings), a parent centred o
 """
 from __future__ import annotations
 
+import html
+
 import math
 from typing import Callable, Sequence
 
@@ -54,10 +56,13 @@ def tree_figure(
 ) -> go.Figure:
     """Draft tree of one EAGLE-2 step: nodes coloured by draft probability exp(score), accepted path highlighted,
     rejected nodes faded, context-lookup nodes as orange diamonds; the target's own (bonus) token is drawn as a star
-    after the accepted path."""
+    after the accepted path. Token labels are HTML-escaped: plotly renders <b>, <sup>, <br> ... in text and hover
+    labels, and tokens such as Gemma's "<b>" would format the plot instead of showing as text."""
     fig = go.Figure()
     if event is None or not event.tree:
         return _placeholder(fig, "The draft tree of each EAGLE-2 step appears here while generating.")
+    raw_label = label
+    label = lambda token_id: html.escape(raw_label(token_id), quote=False)  # noqa: E731
     nodes = event.tree
     by_id = {n.node_id: n for n in nodes}
     pos = tree_layout(nodes)

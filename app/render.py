@@ -208,11 +208,11 @@ def _margin(x: float | None) -> str:
 
 
 def divergence_badge(d: Divergence, dtype: str) -> str:
-    """The badge for two greedy outputs that part ways at token d.index + 1: "numerical near tie (<dtype>)" when a
-    margin is within the dtype's rounding, "mismatch" otherwise; a <details> holds the short explanation."""
+    """The badge for two greedy outputs that part ways at token d.index + 1: "numerical near tie (<dtype>)" when the
+    two margins together are within the dtype's rounding change of a logit difference, "mismatch" otherwise; a <details> holds the short explanation."""
     where = f"at token {d.index + 1}"
     margins = (f"top-2 margin {_margin(d.baseline_margin)} (baseline) vs {_margin(d.method_margin)} (EAGLE-2), "
-               f"rounding tolerance {_margin(d.tolerance)} = {NEAR_TIE_ULPS} {dtype} ulps at the top logit")
+               f"sum vs rounding tolerance {_margin(d.tolerance)} = {NEAR_TIE_ULPS} {dtype} ulps at the top logit")
     if d.near_tie:
         summary = f"≈ numerical near tie ({dtype}) {where}"
         why = (f"{margins}. EAGLE-2 scores many tokens in one target forward, plain decoding one at a time; in "
@@ -223,7 +223,8 @@ def divergence_badge(d: Divergence, dtype: str) -> str:
         cls = "tie"
     else:
         summary = f"✗ mismatch {where}"
-        why = (f"{margins}. Both margins exceed what {dtype} rounding can flip, so rounding does not explain this "
+        why = (f"{margins}. The two margins together exceed what {dtype} rounding can change in a logit "
+               "difference (or a margin was not recorded), so rounding does not explain this "
                "divergence: it would be a bug in the engine. Please report the prompt and settings.")
         cls = "bad"
     return (f'<details class="divergence {cls}" id="divergence"><summary class="badge {cls}">{_esc(summary)} '
@@ -249,6 +250,14 @@ def stats_html(base: RunStats, eagle: RunStats, badge: str = "", compare: RunSta
     def drafted(st: RunStats) -> str:
         return f"{st.accept_rate:.1%} ({st.accepted_drafts} of {st.drafted_tokens} drafted)"
 
+    def copied(st: RunStats) -> str:
+        """Accepted drafts copied from the context vs drafted by the head: token-level vs feature-level gains."""
+        share = f" ({st.lookup_share:.0%} copied)" if st.lookup_share is not None else ""
+        return f"{st.accepted_lookup} / {st.accepted_head}{share}"
+
+    def looped(st: RunStats) -> str:
+        return "no" if st.loop_period is None else f"yes: a {st.loop_period}-token block repeats (core/loops.py)"
+
     lanes = [base] + ([compare] if compare is not None else []) + [eagle]
     rows = [
         ("new tokens", [str(s.new_tokens) for s in lanes]),
@@ -264,6 +273,8 @@ def stats_html(base: RunStats, eagle: RunStats, badge: str = "", compare: RunSta
         ("draft / verify / other time", [f"– / {ms(base.verify_s)} / {ms(base.other_s)}"]
          + [f"{ms(s.draft_s)} / {ms(s.verify_s)} / {ms(s.other_s)}" for s in lanes[1:]]),
         ("draft acceptance", ["–"] + [drafted(s) for s in lanes[1:]]),
+        ("accepted from lookup / head", ["–"] + [copied(s) for s in lanes[1:]]),
+        ("ends in a loop", [looped(s) for s in lanes]),
     ]
     body = "".join(f"<tr><th>{_esc(a)}</th>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>"
                    for a, cells in rows)

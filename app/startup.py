@@ -74,11 +74,16 @@ def info_line(target, eagle, head_arg: str | None = None) -> str:
     (kind, depth, size; its folder when given with --head)."""
     from core.heads import describe_head
 
+    from core import choices
+
     line = f"Target **{target.name}** · {target.device.type} · {dtype_note(target, short=True)}"
     head = getattr(eagle.drafter, "head", None)
     if head is not None:
         line += f" · head: {describe_head(head)}"
-    return line + (f" (`{head_arg}`)" if head_arg else "")
+    line += f" (`{head_arg}`)" if head_arg else ""
+    if getattr(target, "head_kernel", None) is None:  # not a loaded TargetModel: no kernel routes to show
+        return line
+    return line + " · " + choices.short(choices.describe(target, eagle.drafter))  # pinned or timed (core/choices.py)
 
 
 def configure_logging(level: str) -> None:

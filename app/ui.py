@@ -26,6 +26,10 @@ SANS = ("system-ui", "-apple-system", "Segoe UI", "Roboto", "Helvetica Neue", "A
 MONO = ("ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "DejaVu Sans Mono", "monospace")
 PLACEHOLDER = '<div class="gen-text placeholder">Press Run to generate.</div>'
 STATE_TTL_S = 1800  # a session's record expires 30 min after its last update (Gradio keeps a closed tab's 1 h)
+# The page takes no file, but Gradio's upload route exists on every app: cap what it accepts and sweep its cache, so
+# an app exposed with --host 0.0.0.0 or --share cannot be filled with uploads.
+MAX_UPLOAD = "1mb"
+DELETE_CACHE = (3600, 3600)  # every hour, delete Gradio's temporary files older than an hour
 
 
 def load_examples(mode: str = "chat") -> list[str]:
@@ -46,6 +50,7 @@ def launch_options() -> dict:
                                 font_mono=MONO),
         css_paths=[STATIC / "style.css"],
         allowed_paths=[],
+        max_file_size=MAX_UPLOAD,
     )
 
 
@@ -93,7 +98,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
     examples = load_examples(pg.mode) if examples is None else examples
     note = eagle.note
 
-    with gr.Blocks(title="EAGLE Playground") as demo:
+    with gr.Blocks(title="EAGLE Playground", delete_cache=DELETE_CACHE) as demo:
         # ------------------------------------------------------------------------------------ layout
         gr.Markdown("# EAGLE Playground\nThe same prompt decoded twice on the same device: plain decoding and "
                     "**EAGLE-2** speculative decoding, raced by compute time.", elem_id="header")
@@ -150,6 +155,10 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
                                        info="dynamic depth: no draft level below one whose best guess has a "
                                             "cumulative draft probability under this (0 = fixed depth)",
                                        elem_id="tree-stop-below")
+            with gr.Row():
+                stop_strings = gr.Textbox(label="Stop strings", lines=1, max_lines=4, max_length=4 * 65,
+                                          placeholder="one per line, e.g. ###", elem_id="stop-strings",
+                                          info="each lane ends once its text contains one (kept in the output)")
         with gr.Row():
             with gr.Column(elem_classes=["panel"]):
                 gr.Markdown("### Baseline · plain decoding", elem_classes=["panel-title"])
@@ -185,7 +194,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
 
         # ------------------------------------------------------------------------------------ listeners
         inputs = [prompt, max_new, temperature, top_p, seed, total_tokens, depth, top_k, lookup, race_with,
-                  stop_below, chat.history]  # RunSettings order
+                  stop_below, chat.history, stop_strings]  # RunSettings order
         by_id = {"baseline-output": base_out, "compare-output": compare_out, "eagle-output": eagle_out, "stats": stats,
                  "stats-charts": charts, "draft-tree": tree, "compare-tree": compare_tree, "step-slider": step,
                  "state": state}
@@ -207,8 +216,9 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
         stop_event = stop.click(pg.finish, [state], outputs, cancels=[run_event], queue=False,
                                 api_visibility="private")
         wire_chat(chat, tokenizer, run_event, stop_event, state, prompt)
+        # queue=False: scrubbing redraws a stored tree (no device work), so it never takes a place in the queue
         step.input(pg.show_step, [state, step], [tree, compare_tree], trigger_mode="always_last", show_progress="hidden",
-                   api_visibility="private")
+                   api_visibility="private", queue=False)
         tree_sliders = [total_tokens, depth, top_k, lookup, stop_below]  # RunSettings.TREE_FIELDS order
         for slider in tree_sliders:  # .input fires on the user's own moves only, not on the updates below
             slider.input(lambda: True, None, tree_touched, queue=False, api_visibility="private")

@@ -53,18 +53,21 @@ from pathlib import Path
 import torch
 
 from core.bench_report import (  # noqa: F401  (re-exported: the pure arithmetic lives there)
-    acceptance_table, category_table, mean_tokens_per_s, pooled_tau, spec_bench_speedup, step_table, summarize_rows,
-    summary_table, vocab_table, write_html,
+    acceptance_table, category_table, honest_table, mean_tokens_per_s, pooled_tau, spec_bench_speedup, step_table,
+    summarize_rows, summary_table, vocab_table, write_html,
 )
-from core import pipeline
+from core import choices, pipeline
 from core.autotree import choose_tree, describe
 from core.config import DecodeConfig, SamplingConfig, TreeConfig
 
 from core.exactness import classify, first_difference
 from core.kernels import cpu_description
+from core.loops import loop_period
 from core.metrics_names import serving_names
 from core.timing import now
-from core.bench_questions import BenchError, read_questions, select_questions  # noqa: F401  (re-exported)
+from core.bench_questions import (  # noqa: F401  (re-exported)
+    SPLITS, BenchError, read_questions, select_questions, split_questions,
+)
 from core.bench_specbench import write_specbench
 from core.bench_turns import check_turns, rows_of_turn, second_turns
 from core.bench_runners import (  # noqa: F401  (re-exported: tests and scripts import them from here)
@@ -93,6 +96,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--file-categories", action="store_true",
                    help="group by the file's own categories (MT-bench's eight) instead of Spec-Bench's six")
     p.add_argument("--limit", type=int, default=0, help="cap on the number of prompts")
+    p.add_argument("--split", default="all", choices=SPLITS,
+                   help="dev: question_id %% 5 == 0, for training decisions; test: the rest, for published results; "
+                        "all: every row (default; runs before the split existed)")
     p.add_argument("--max-new-tokens", type=int, required=True)
     p.add_argument("--methods", default="hf,baseline,eagle2", help="comma list of " + ",".join(METHODS))
     p.add_argument("--temperature", type=float, default=0.0)
@@ -128,6 +134,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=1,
                    help="rounds per prompt, each method's fastest kept (2+ steadies per-category ratios on a busy box)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
+    p.add_argument("--choices", default=None, metavar="FILE",
+                   help="pin dtype and kernel routes from FILE, or write this run's there when it does not exist "
+                        "(core/choices.py; also $EAGLE_CHOICES)")
     return p.parse_args(argv)
 
 
@@ -193,14 +202,20 @@ def load_stack(model: str | None, head: str | None, device: str | None, dtype: s
             "core.pipeline.build_decoders")
 
 
+# `--tree auto` calibrates on this held-out prompt, never on a measured one (a tree planned on a prompt and then
+# measured on it would flatter that prompt); it is in neither Spec-Bench nor MT-bench.
+CALIBRATION_PROMPT = "Explain how the gears on a bicycle make it easier to ride up a steep hill."
+
+
 def resolve_tree(given: TreeConfig | None, eagle, prompt_ids: list[int],
                  sampling: SamplingConfig | None = None) -> tuple[TreeConfig, dict]:
     """The tree to use and how it was chosen; 'auto' (given None) asks core.autotree.choose_tree, calibrating at
-    the run's own sampling settings."""
+    the run's own sampling settings on `prompt_ids` (the bench passes CALIBRATION_PROMPT's ids)."""
     if given is not None:
         return given, {"source": "given"}
-    report = choose_tree(eagle, prompt_ids, sampling=sampling)  # calibrates on the first prompt (the warm-up one)
-    return report.chosen, {"source": "auto: core.autotree.choose_tree on the first prompt, at the run's sampling",
+    report = choose_tree(eagle, prompt_ids, sampling=sampling)
+    return report.chosen, {"source": "auto: core.autotree.choose_tree on the held-out calibration prompt, at the "
+                                     "run's sampling", "calibration_prompt": CALIBRATION_PROMPT,
                            "plan": describe(report.chosen),
                            "verify_ms": report.verify_ms, "expected_tokens": report.expected_tokens,
                            "draft_ms": report.draft_ms, "calibration": report.calibration}
@@ -251,7 +266,7 @@ def make_row(q: dict, method: str, o: Outcome, reference: Outcome | None, dtype:
            "accept_lengths": None if o.step_tokens is None else list(o.step_tokens),
            "seconds": o.seconds, "tokens_per_s": n / o.seconds if o.seconds > 0 else 0.0,
            "target_forwards": o.target_forwards, "tau": n / o.target_forwards if o.target_forwards else None,
-           "identical_to_baseline": same, "first_mismatch": first_diff}
+           "identical_to_baseline": same, "first_mismatch": first_diff, "loop_period": loop_period(o.tokens)}
     if same is False:
         row["divergence"] = divergence_record(reference, o, dtype)
     if vocab is not None:
@@ -262,7 +277,8 @@ def make_row(q: dict, method: str, o: Outcome, reference: Outcome | None, dtype:
     if method in EAGLE_METHODS and o.stats is not None:
         row.update(steps=o.stats.steps, accepted_drafts=o.stats.accepted_drafts, drafted_tokens=o.stats.drafted_tokens,
                    accept_rate=o.stats.accept_rate, accept_hist=list(o.stats.accept_hist),
-                   depth_accept=list(o.stats.depth_accept))
+                   depth_accept=list(o.stats.depth_accept), accepted_lookup=o.stats.accepted_lookup,
+                   accepted_head=o.stats.accepted_head)
         row.update(serving_names(row))  # vLLM's names beside ours (core/metrics_names.py)
     return row
 
@@ -323,7 +339,7 @@ def run_bench(questions: list[dict], prompts: list[list[int]], runners: dict, me
 
 
 def machine_config(a: argparse.Namespace, plan: Plan, target, tree: TreeConfig, tree_info: dict, loader: str,
-                   n_prompts: int) -> dict:
+                   n_prompts: int, eagle=None) -> dict:
     """The `config` block of the JSON: machine, software, model and protocol settings."""
     import transformers
 
@@ -334,6 +350,7 @@ def machine_config(a: argparse.Namespace, plan: Plan, target, tree: TreeConfig, 
         "torch": torch.__version__, "transformers": transformers.__version__, "torch_threads": torch.get_num_threads(),
         "dtype": str(target.dtype).removeprefix("torch."), "device": str(target.device),
         "dtype_timing_ms": target.dtype_timing, "kernels": target.kernel_choices(), "model": target.name,
+        "choices": choices.describe(target, getattr(eagle, "drafter", None)),
         "loader": loader,
         "tree": {"spec": a.tree, **asdict(tree), **tree_info},
         "chain_tree": asdict(chain) if "eagle2-chain" in plan.methods else None,
@@ -344,6 +361,7 @@ def machine_config(a: argparse.Namespace, plan: Plan, target, tree: TreeConfig, 
         "top_p": plan.decode.sampling.top_p, "top_k": plan.decode.sampling.top_k, "seed": a.seed,
         "max_new_tokens": plan.decode.max_new_tokens, "questions": a.questions,
         "categories": sorted(plan.categories) or "all", "per_category": a.per_category, "limit": a.limit,
+        "split": getattr(a, "split", "all"),
         "file_categories": a.file_categories,
         "n_prompts": n_prompts, "prompt_format": "raw" if a.raw else "chat template when the tokenizer has one",
         "hf_pld_tokens": PLD_TOKENS if "hf-pld" in plan.methods else None,
@@ -373,20 +391,23 @@ def _progress_bar(total: int, methods: tuple[str, ...]):
 
 def bench(a: argparse.Namespace, plan: Plan) -> dict:
     """Load, select, run, summarize: the whole benchmark as one JSON-ready dict."""
-    questions = select_questions(read_questions(a.questions), plan.categories, a.per_category, a.limit,
-                                 a.file_categories)
+    questions = select_questions(split_questions(read_questions(a.questions), getattr(a, "split", "all")),
+                                 plan.categories, a.per_category, a.limit, a.file_categories)
     if not questions:
         raise BenchError("no questions selected")
     torch.manual_seed(a.seed)
+    if getattr(a, "choices", None):
+        choices.use(a.choices)
     if a.threads:
         torch.set_num_threads(a.threads)
     target, tok, baseline, eagle, loader = load_stack(a.model, a.head, a.device, a.dtype,
                                                       getattr(a, "trust_remote_code", False))
     prompts = [pipeline.encode_prompt(tok, q["turns"][0], "raw" if a.raw else "auto") for q in questions]
+    calibration_ids = pipeline.encode_prompt(tok, CALIBRATION_PROMPT, "raw" if a.raw else "auto")
     if plan.tree is None and not uses_run_tree(plan):  # nothing drafts with auto's tree: skip its calibration
         tree, tree_info = plan.decode.tree, {"source": "unused: no method drafts with the run's tree"}
     else:
-        tree, tree_info = resolve_tree(plan.tree, eagle, prompts[0], plan.decode.sampling)
+        tree, tree_info = resolve_tree(plan.tree, eagle, calibration_ids, plan.decode.sampling)
     eagle_b = None
     if getattr(a, "head_b", None):
         from core.eagle import Eagle2Decoder
@@ -395,7 +416,7 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
         eagle_b = Eagle2Decoder(target, make_drafter(pipeline.read_head(a.head_b, target), target), "eagle2")
     greedy_tree, greedy_info = None, None
     if "eagle2-greedy-tree" in plan.methods:
-        greedy_tree, greedy_info = resolve_tree(None, eagle, prompts[0], SamplingConfig())
+        greedy_tree, greedy_info = resolve_tree(None, eagle, calibration_ids, SamplingConfig())
     medusa, medusa_path = None, None
     if "medusa" in plan.methods:
         from core.eagle import Eagle2Decoder
@@ -431,7 +452,7 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
         print(f"[bench] Spec-Bench answer files: {', '.join(str(f) for f in files)}"
               + (f" (not written, no per-step lengths: {', '.join(skipped)})" if skipped else ""), file=sys.stderr)
     head_trained = eagle.drafter.trained
-    config = machine_config(a, plan, target, tree, tree_info, loader, len(questions))
+    config = machine_config(a, plan, target, tree, tree_info, loader, len(questions), eagle)
     if a.head:
         head = a.head
     elif head_trained:
@@ -466,9 +487,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(summary_table(result["summary"]))
     print()
+    print(honest_table(result["summary"]))
+    print()
     for turn, summary in result.get("summary_by_turn", {}).items():
         print(f"turn {turn} only:")
         print(summary_table(summary))
+        print(honest_table(summary))
         print()
     print(category_table(result["summary"]))
     print()

@@ -10,6 +10,10 @@ import json
 from core.train.evaluate import spec_bench_category
 
 
+SPLITS = ("all", "dev", "test")
+DEV_EVERY = 5  # a question is in the dev split when question_id % DEV_EVERY == 0
+
+
 class BenchError(Exception):
     """A user error: reported as one line on stderr, exit status 2."""
 
@@ -52,3 +56,16 @@ def select_questions(rows: list[dict], categories: frozenset[str] = frozenset(),
     return out[:limit] if limit else out
 
 
+
+
+def split_questions(rows: list[dict], split: str) -> list[dict]:
+    """The rows of one split, fixed by question_id alone so it never depends on the selection or file order: "dev"
+    (question_id % DEV_EVERY == 0) is for training decisions (which head, which tree, which data); "test" (every
+    other row) is what published results use, so no published number comes from a prompt a decision was tuned on;
+    "all" keeps every row (the runs recorded before the split existed)."""
+    if split not in SPLITS:
+        raise BenchError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
+    if split == "all":
+        return list(rows)
+    dev = split == "dev"
+    return [r for r in rows if (int(r["question_id"]) % DEV_EVERY == 0) == dev]

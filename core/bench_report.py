@@ -12,6 +12,12 @@ A row is the dict `core.bench` writes to `per_prompt`: question_id, category, me
 tokens_per_s, target_forwards (None when unknown), tau, identical_to_baseline (None when not compared), and for EAGLE
 methods accepted_drafts, drafted_tokens, accept_hist; `in_draft_vocab` (tokens of the output the head's reduced draft
 vocabulary contains) for methods whose head has one.
+
+Honest summaries (what a mean hides): each method also gets its speedup over only the prompts whose outputs matched
+baseline's (`speedup_vs_*_matched`, with `n_matched`), the median and spread of its per-prompt speedup and tau
+(`spread`: median, p10, p90, min, max), the share of accepted drafts copied from the context rather than drafted by
+the head (`copied_share`, rows' `accepted_lookup`), and how many outputs end in a loop (`loops`, rows'
+`loop_period`, core/loops.py). `honest_table` renders them.
 """
 from __future__ import annotations
 
@@ -115,6 +121,71 @@ def step_split(rows: Sequence[Row], method: str) -> dict | None:
     return {"target": None, "draft": None, "other": None, "total": 1e3 * sum(r["seconds"] for r in sel) / forwards}
 
 
+def matched_speedup(rows: Sequence[Row], method: str, reference: str) -> tuple[float | None, int]:
+    """(speedup, n): spec_bench_speedup over only the prompts where both the method's and the reference's outputs
+    equal baseline's (identical_to_baseline True on both rows); (None, 0) when nothing was compared."""
+    same = {r["question_id"] for r in _select(rows, method) if r.get("identical_to_baseline") is True}
+    same &= {r["question_id"] for r in _select(rows, reference) if r.get("identical_to_baseline") is True}
+    if not same:
+        return None, 0
+    kept = [r for r in rows if r["question_id"] in same]
+    return spec_bench_speedup(kept, method, reference), len(same)
+
+
+def quantile(xs: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile of a non-empty list (numpy's default), pure."""
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def spread(xs: Sequence[float]) -> dict | None:
+    """{"median", "p10", "p90", "min", "max"} of per-prompt values, or None without values."""
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return None
+    return {"median": quantile(xs, 0.5), "p10": quantile(xs, 0.1), "p90": quantile(xs, 0.9), "min": min(xs),
+            "max": max(xs)}
+
+
+def per_prompt_speedups(rows: Sequence[Row], method: str, reference: str) -> list[float]:
+    """tok/s(method) / tok/s(reference) per prompt both ran (the spread beside the ratio of means)."""
+    ref = {r["question_id"]: r["tokens_per_s"] for r in _select(rows, reference)}
+    return [r["tokens_per_s"] / ref[r["question_id"]] for r in _select(rows, method)
+            if ref.get(r["question_id"])]
+
+
+def copied_share(rows: Sequence[Row], method: str) -> float | None:
+    """Pooled share of accepted drafts copied from the context (lookup) rather than drafted by the head; None when
+    the rows do not count it or nothing was accepted."""
+    sel = [r for r in _select(rows, method) if "accepted_lookup" in r]
+    accepted = sum(r["accepted_drafts"] for r in sel)
+    return sum(r["accepted_lookup"] for r in sel) / accepted if sel and accepted else None
+
+
+def loops(rows: Sequence[Row], method: str) -> int | None:
+    """Outputs of the method that end in a loop (rows' loop_period set); None when rows do not record it."""
+    sel = [r for r in _select(rows, method) if "loop_period" in r]
+    return sum(r["loop_period"] is not None for r in sel) if sel else None
+
+
+def honest_figures(rows: Sequence[Row], method: str, methods: Sequence[str]) -> dict:
+    """The figures a mean hides, for one method (see the module docstring)."""
+    ref = "baseline" if "baseline" in methods else ("hf" if "hf" in methods else None)
+    out: dict = {"spread_reference": ref}
+    for r in ("hf", "baseline"):
+        if r in methods:
+            out[f"speedup_vs_{r}_matched"], out[f"n_matched_vs_{r}"] = matched_speedup(rows, method, r)
+    out["speedup_spread"] = spread(per_prompt_speedups(rows, method, ref)) if ref else None
+    out["tau_spread"] = spread([r.get("tau") for r in _select(rows, method)])
+    out["tokens_per_s_median"] = (spread([r["tokens_per_s"] for r in _select(rows, method)]) or {}).get("median")
+    out["copied_share"] = copied_share(rows, method)
+    out["loops"] = loops(rows, method)
+    return out
+
+
 def _figures(rows: Sequence[Row], method: str, category: str | None, methods: Sequence[str]) -> dict:
     def vs(ref: str) -> float | None:
         return spec_bench_speedup(rows, method, ref, category) if ref in methods else None
@@ -142,6 +213,7 @@ def summarize_rows(rows: Sequence[Row]) -> dict:
         if any("accept_hist" in r for r in _select(rows, m)):
             s.update(acceptance(rows, m))
         s["step_ms"] = step_split(rows, m)
+        s.update(honest_figures(rows, m, methods))
         s["per_category"] = {c: _figures(rows, m, c, methods) for c in cats}
         out[m] = s
     return out
@@ -174,6 +246,28 @@ def summary_table(summary: dict) -> str:
         lines.append(f"| {m} | {_num(s['tokens_per_s'], '.1f')} | {_num(s['speedup_vs_hf'], '.2f', 'x')} | "
                      f"{_num(s['speedup_vs_baseline'], '.2f', 'x')} | {_num(s['tau'], '.2f')} | "
                      f"{_mismatch_cell(s)} |")
+    return "\n".join(lines)
+
+
+def honest_table(summary: dict) -> str:
+    """Markdown: per method, speedup over all prompts and over matched prompts only, the per-prompt speedup's median
+    [p10, p90], tau's median [min, max], the copied share of accepted drafts and the looping outputs."""
+    ref = next((s["spread_reference"] for s in summary.values() if s.get("spread_reference")), None) or "baseline"
+    lines = [f"| method | speedup vs {ref}: all | matched only (n) | per prompt: median [p10, p90] | "
+             "τ per prompt: median [min, max] | copied share | outputs ending in a loop |", "|---|---|---|---|---|---|---|"]
+    for m, s in summary.items():
+        sp, tau = s.get("speedup_spread"), s.get("tau_spread")
+        matched = s.get(f"speedup_vs_{ref}_matched")
+        n = s.get(f"n_matched_vs_{ref}")
+        cells = [
+            _num(s.get(f"speedup_vs_{ref}"), ".2f", "x"),
+            "–" if matched is None else f"{matched:.2f}x ({n})",
+            "–" if not sp else f"{sp['median']:.2f}x [{sp['p10']:.2f}, {sp['p90']:.2f}]",
+            "–" if not tau else f"{tau['median']:.2f} [{tau['min']:.2f}, {tau['max']:.2f}]",
+            _num(s.get("copied_share"), ".0%"),
+            "–" if s.get("loops") is None else f"{s['loops']} of {s['n_prompts']}",
+        ]
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

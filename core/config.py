@@ -17,12 +17,16 @@ class DecodeError(ValueError):
     """A request that cannot continue (e.g. NaN/inf logits from a broken head or target): stop it, keep serving."""
 
 
-def check_finite(what: str, values) -> None:
-    """Raise DecodeError when a tensor (or list of floats) holds NaN or inf; one cheap reduction per step."""
+def all_finite(values) -> bool:
+    """True when a tensor (or list of floats) holds no NaN or inf; one cheap reduction."""
     import torch
 
-    ok = bool(torch.isfinite(values).all()) if isinstance(values, torch.Tensor) else all(map(math.isfinite, values))
-    if not ok:
+    return bool(torch.isfinite(values).all()) if isinstance(values, torch.Tensor) else all(map(math.isfinite, values))
+
+
+def check_finite(what: str, values) -> None:
+    """Raise DecodeError when a tensor (or list of floats) holds NaN or inf; one cheap reduction per step."""
+    if not all_finite(values):
         raise DecodeError(f"{what} contain NaN or inf; this request was stopped (broken model or head weights?)")
 
 

@@ -456,6 +456,10 @@ def load_head(path: str | Path, dtype: torch.dtype = torch.float32, device: str 
     if "d2t" in sd:
         d2t = sd.pop("d2t").long()
         vocab_ids = d2t + torch.arange(len(d2t))
+        if len(vocab_ids) and (int(vocab_ids.min()) < 0 or int(vocab_ids.max()) >= c.vocab_size):
+            # a negative or too-large id would index the target's LM head out of range (a device assert on CUDA)
+            raise ValueError(f"head {p}: d2t maps draft ids outside the target vocabulary of {c.vocab_size} "
+                             f"(ids {int(vocab_ids.min())}..{int(vocab_ids.max())})")
         c = HeadConfig(**{**asdict(c), "draft_vocab_size": len(d2t)})
     sd.pop("t2d", None)
     sd.pop("embed_tokens.weight", None)  # the target's embedding is used (same matrix in released heads)

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from core import kernels
+from core import choices, kernels
 from core.config import TreeConfig
 from core.draft_head import DraftKV, EagleHead, fuse_projections
 from core.eagle3_head import Eagle3Head
@@ -131,9 +131,14 @@ class EagleDrafter:
         *_, layers_packed = self.packed.add_within(([] if shared else [[self.w_draft]])
                                                    + [[w for w in layers if w is not self.w_draft]])
         # each draft level multiplies top_k rows by w_draft: its kernel is timed here, as the target's is
-        self.head_kernel = target.head_kernel if shared else kernels.head_kernel(self.w_draft, packed=self.packed)
+        # (or what a choices file pinned: core/choices.py)
+        cpu = target.device.type == "cpu"
+        self.head_kernel = target.head_kernel if shared else choices.pick(
+            "draft_head" if cpu else "", lambda: kernels.head_kernel(self.w_draft, packed=self.packed),
+            kernels.head_candidates(self.w_draft))
         # and runs the head's layers on top_k rows: through the packed weights at the row counts timed faster
-        self.onednn_rows = self._time_layers() if layers_packed else frozenset()
+        self.onednn_rows = frozenset(choices.pick("draft_onednn_rows" if cpu else "", self._time_layers)) \
+            if layers_packed else frozenset()
         rows_kept = self.head_kernel == "onednn"
         self.packed.discard(keep=lambda w: (rows_kept if w is self.w_draft else bool(self.onednn_rows)))
 

@@ -5,6 +5,11 @@ while copies are taken whole), 2 verify it in one target forward, 3 accept (long
 multi-candidate sampling), 4 commit (compact the target cache; the accepted features wait for the draft head's next
 proposal, which reads them all in one pass, so copy steps run no head pass at all), 5 emit.
 tau = new tokens / target forwards (bonus token included).
+
+A draft pool whose scores are not finite (a broken head: NaN or inf weights or features) is dropped for that step:
+the step verifies the root alone (plus any lookup chain, itself lossless), so the answer is the target's own token,
+and the step's note says so (NON_FINITE_DRAFT_NOTE). Target logits that are not finite still stop the request: no
+answer would be the target's then.
 """
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from typing import Callable, Iterator
 import torch
 
 from core import kv_cache, tree
-from core.config import DecodeConfig, check_finite
+from core.config import DecodeConfig, all_finite, check_finite
 from core.drafter import Drafter
 from core.lookup import context_draft, copied
 from core.events import StepEvent, TreeNode
@@ -22,6 +27,9 @@ from core.sampling import Peak, finite, margin_fields, new_generator, peak, pick
 from core.timing import now
 from core.tree_logits import TreeLogits
 from core.verify import accept_greedy, accept_sampled
+
+
+NON_FINITE_DRAFT_NOTE = "draft scores were NaN or inf: this step answered with the target's own token"
 
 
 class Eagle2Decoder:
@@ -72,8 +80,9 @@ class Eagle2Decoder:
                 n_commit = self._read(dstate, pending) if proposing else 0  # the head catches up in one pass
                 pool = dr.propose(dstate, root, cfg.tree) if proposing else None
                 t_grown = now(tgt.device)
-                if pool is not None:
-                    check_finite("draft scores", pool.scores)
+                note, passes = self.note, (pool.forwards if pool else 0)
+                if pool is not None and not all_finite(pool.scores):  # a broken head: verify the root alone
+                    pool, note = None, NON_FINITE_DRAFT_NOTE
                 kept = tree.select_nodes(pool.parents, pool.scores, cfg.tree.total_tokens) if pool else [0]
                 parents = tree.subtree_parents(pool.parents, kept) if pool else [-1]
                 tokens = [pool.tokens[i] for i in kept] if pool else [root]
@@ -119,8 +128,8 @@ class Eagle2Decoder:
                 verify_ms = (t2 - t1) * 1e3 + logits.ms  # + the LM-head rows the walk computed on demand
                 yield StepEvent(step, self.method, tuple(new), nodes, tuple(path),
                                 draft_ms=(t_grown - t0) * 1e3, verify_ms=verify_ms,
-                                step_ms=(t5 - t0) * 1e3, finished=done, note=self.note,
-                                draft_forwards=(pool.forwards if pool else 0) + n_commit,
+                                step_ms=(t5 - t0) * 1e3, finished=done, note=note,
+                                draft_forwards=passes + n_commit,
                                 **margin_fields(tops))
         finally:
             kv_cache.free(cache)  # the drafter's per-call state (dstate) goes with this frame

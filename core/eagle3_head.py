@@ -147,6 +147,9 @@ def eagle3_from_state(p: Path, raw: dict, sd: dict) -> Eagle3Head:
     d2t = sd.pop("d2t").long() if "d2t" in sd else None
     if d2t is None and c.draft_vocab_size != c.vocab_size:
         raise ValueError(f"EAGLE-3 head {p}: reduced draft vocabulary without a d2t map")
+    if d2t is not None and len(d2t) != c.draft_vocab_size:  # one offset per LM-head row, or ids index past it
+        raise ValueError(f"EAGLE-3 head {p}: d2t has {len(d2t)} entries for a draft vocabulary of "
+                         f"{c.draft_vocab_size} (its lm_head rows)")
     sd.pop("t2d", None)
     sd.pop("embed_tokens.weight", None)  # the target's embedding is used
     return finish_loaded(Eagle3Head(c, d2t), sd, f"EAGLE-3 head {p}", c.vocab_size)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
 
+from core.loops import loop_period
+
 
 @dataclass(frozen=True)
 class TreeNode:
@@ -45,6 +47,14 @@ class StepEvent:
     def accepted_drafts(self) -> int:
         return max(len(self.accepted_path) - 1, 0)
 
+    @property
+    def accepted_lookup(self) -> int:
+        """Accepted drafts that were copied from the context (nodes with source "lookup", core/lookup.py); the rest
+        of accepted_drafts came from the draft head. Derived from the tree and path, so it can never disagree with
+        them."""
+        src = {n.node_id: n.source for n in self.tree}
+        return sum(src.get(i) == "lookup" for i in self.accepted_path[1:])
+
 
 @dataclass(frozen=True)
 class RunStats:
@@ -66,6 +76,17 @@ class RunStats:
     depth_accept: tuple[float, ...] = field(default_factory=tuple)  # P(path reaches depth d), d = 1..
     # mean ms per decode step after the prefill: target forward, draft-head passes, everything else
     step_split_ms: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    accepted_lookup: int = 0  # accepted drafts copied from the context; accepted_drafts - this came from the head
+    loop_period: int | None = None  # the output ends in a loop of this period (core/loops.py), else None
+
+    @property
+    def accepted_head(self) -> int:
+        return self.accepted_drafts - self.accepted_lookup
+
+    @property
+    def lookup_share(self) -> float | None:
+        """Share of accepted drafts copied from the context (None when nothing was accepted)."""
+        return self.accepted_lookup / self.accepted_drafts if self.accepted_drafts else None
 
     @property
     def other_s(self) -> float:
@@ -78,6 +99,8 @@ class RunStats:
         d["depth_accept"] = list(self.depth_accept)
         d["step_split_ms"] = list(self.step_split_ms)
         d["other_s"] = self.other_s
+        d["accepted_head"] = self.accepted_head
+        d["lookup_share"] = self.lookup_share
         return d
 
 
@@ -123,6 +146,8 @@ def summarize(events: list[StepEvent] | tuple[StepEvent, ...]) -> RunStats:
         accept_hist=tuple(hist),
         depth_accept=depth_accept,
         step_split_ms=split,
+        accepted_lookup=sum(e.accepted_lookup for e in verify_steps),
+        loop_period=loop_period([t for e in events for t in e.new_token_ids]),
     )
 
 

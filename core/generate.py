@@ -16,6 +16,7 @@ import json
 import sys
 
 from core.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.stops import check_stops, stop_at
 
 UNTRAINED = "untrained (freshly initialised)"
 
@@ -52,6 +53,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", default=None,
                    help="fp32 | bf16 | fp16 | auto (default auto: on CPU the faster of bf16 and fp32 here; bf16 on GPUs)")
     p.add_argument("--device", default=None, help="cpu | cuda | mps | auto (default: auto)")
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                   help="stop once the generated text contains TEXT (kept in the output); repeat for several")
+    p.add_argument("--choices", default=None, metavar="FILE",
+                   help="pin dtype and kernel routes from FILE, or write this run's there (core/choices.py; also "
+                        "$EAGLE_CHOICES)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text + summary")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
     return p.parse_args(argv)
@@ -61,6 +67,7 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
     """Validated configuration (ValueError on out-of-range values)."""
     if not args.prompt.strip():
         raise ValueError("prompt is empty")
+    check_stops(getattr(args, "stop", []))
     return DecodeConfig(
         max_new_tokens=args.max_new_tokens,
         sampling=SamplingConfig(temperature=args.temperature, top_p=args.top_p, seed=args.seed),
@@ -72,16 +79,18 @@ def generate(args: argparse.Namespace) -> dict:
     """Load, run one decoder, and return the JSON-able result."""
     cfg = decode_config(args)
     _quiet_libraries()
-    from core import pipeline
+    from core import choices, pipeline
     from core.events import summarize
 
     target, tokenizer, baseline, eagle = pipeline.build_decoders(
-        args.model, args.head, args.device, args.dtype, trust_remote_code=getattr(args, "trust_remote_code", False))
+        args.model, args.head, args.device, args.dtype, trust_remote_code=getattr(args, "trust_remote_code", False),
+        choices_file=getattr(args, "choices", None))
     mode = getattr(args, "prompt_mode", "auto")
     prompt_ids = pipeline.encode_prompt(tokenizer, args.prompt, mode)
     pipeline.check_prompt_fits(target, prompt_ids, cfg)
     decoder = eagle if args.method == "eagle2" else baseline
-    events = list(decoder.generate(prompt_ids, cfg))
+    text = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    events = list(stop_at(decoder.generate(prompt_ids, cfg), text, check_stops(getattr(args, "stop", []))))
     ids = [t for e in events for t in e.new_token_ids]
     stats = summarize(events).as_dict()
     stats["note"] = events[0].note if events else ""
@@ -95,6 +104,7 @@ def generate(args: argparse.Namespace) -> dict:
         "token_ids": ids,
         "text": pipeline.decode(tokenizer, ids),
         "stats": stats,
+        "choices": choices.describe(target, eagle.drafter),  # dtype and kernel routes in force (core/choices.py)
     }
 
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core import kernels
+from core import choices, kernels
 from core.config import TreeConfig
 from core.draft_head import finish_loaded
 from core.drafter import DraftPool, check_compatible, grow_beam
@@ -100,7 +100,9 @@ class MedusaDrafter:
         self.w_draft = target.lm_head_weight[self.vocab_ids]  # (Vd, H)
         self.packed = kernels.PackedWeights()  # CPU: the draft rows in oneDNN's packed layout (core/kernels.py)
         self.packed.add_within([[self.w_draft]])
-        self.head_kernel = kernels.head_kernel(self.w_draft, packed=self.packed)  # timed on this machine
+        self.head_kernel = choices.pick(  # timed on this machine, or pinned (core/choices.py)
+            "medusa_head" if target.device.type == "cpu" else "",
+            lambda: kernels.head_kernel(self.w_draft, packed=self.packed), kernels.head_candidates(self.w_draft))
         if self.head_kernel != "onednn":
             self.packed.discard()
 

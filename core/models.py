@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Cache, PreTrainedModel
 
-from core import kernels, kv_cache
+from core import choices, kernels, kv_cache
 from core.presets import get_preset
 from core.tree_logits import TreeLogits
 
@@ -48,6 +48,7 @@ class TargetModel:
         self.packed = kernels.PackedWeights()
         self.packed.add_within([[self.lm_head_weight], kernels.linear_weights(self.decoder)])
         # CPU: which LM-head product is fastest on this machine, and whether a verify computes only visited rows
+        # (or what a choices file pinned: core/choices.py)
         self.head_kernel, self.lazy_rows = self._time_lm_head()
         # CPU: the row counts at which a forward ran faster with its linear layers through oneDNN (core/kernels.py)
         self.onednn_rows: frozenset[int] = frozenset()  # empty while _time_body's own forwards run
@@ -63,6 +64,9 @@ class TargetModel:
         tree verify should compute only the rows acceptance visits (core/tree_logits.py). The kernels' speed
         depends on the processor, so neither is assumed."""
         head = self.model.get_output_embeddings()
+        if self.device.type == "cpu" and choices.pinned("lm_head") is not None:
+            kernel = choices.pick("lm_head", lambda: None, kernels.head_candidates(head.weight))
+            return kernel, bool(choices.pinned("lazy_rows"))
         return kernels.head_choice(head.weight, getattr(head, "bias", None), packed=self.packed)
 
     def _time_body(self, prefix: int = 32) -> frozenset[int]:
@@ -70,6 +74,8 @@ class TargetModel:
         context, with and without the oneDNN route (CPU, dtypes this build's oneDNN runs); empty elsewhere."""
         if self.device.type != "cpu" or not kernels.onednn_head_works(self.dtype):
             return frozenset()
+        if choices.pinned("body_onednn_rows") is not None:
+            return frozenset(choices.pinned("body_onednn_rows"))
         sizes = kernels.BODY_ROWS
         gen = torch.Generator().manual_seed(0)
         ids = torch.randint(0, min(1000, self.vocab_size), (1, prefix + max(sizes)), generator=gen)  # (1, P + M)
@@ -260,7 +266,9 @@ def load_target(
     path = resolve_model(name)
     dev = pick_device(device)
     timing = None
-    if dev.type == "cpu" and dtype in (None, "auto"):  # time bf16 against fp32 on this processor
+    if dev.type == "cpu" and dtype in (None, "auto") and choices.pinned("dtype"):  # core/choices.py
+        dt = getattr(torch, choices.pinned("dtype"))
+    elif dev.type == "cpu" and dtype in (None, "auto"):  # time bf16 against fp32 on this processor
         cfg = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code).get_text_config(decoder=True)
         dt, timing = kernels.fastest_cpu_dtype(cfg)
     else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from core import choices
 from core.baseline import BaselineDecoder
 from core.draft_head import HeadConfig, init_head
 from core.eagle import Eagle2Decoder
@@ -69,12 +70,18 @@ def build_decoders(
     device: str | None = None,
     dtype: str | None = None,
     trust_remote_code: bool = False,
+    choices_file: str | Path | None = None,
 ) -> tuple[TargetModel, object, BaselineDecoder, Eagle2Decoder]:
-    """Load the target once and bind both decoders to it (same model object, dtype and attention: a fair race)."""
+    """Load the target once and bind both decoders to it (same model object, dtype and attention: a fair race).
+    `choices_file` pins the dtype and kernel routes from that file, or has this run's written there (core/choices.py;
+    $EAGLE_CHOICES does the same without the argument)."""
     if head:
         check_head_path(head)
+    if choices_file:
+        choices.use(choices_file)
     target, tokenizer = load_target(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
     drafter = make_drafter(build_head(target, head, model), target)  # ValueError on hidden/vocab mismatch
+    choices.save(target, drafter)  # a choices file named but not yet written gets this run's (core/choices.py)
     return target, tokenizer, BaselineDecoder(target), Eagle2Decoder(target, drafter)
 
 

@@ -35,18 +35,6 @@ def accept_greedy(
         path.append(nxt)
 
 
-def residual(p: torch.Tensor, rejected: int) -> torch.Tensor:
-    """p with one rejected token zeroed and renormalised (the exact rule for a point-mass proposal). accept_sampled
-    applies it without materialising each step (it tracks the mass left); this is the rule written out, which the
-    tests hold it to."""
-    p = p.clone()
-    p[rejected] = 0.0
-    total = p.sum()
-    if total <= 0:  # every token with mass was rejected: impossible in exact arithmetic; a clear per-request error
-        raise DecodeError("residual distribution has no mass left")  # rather than dividing into NaN
-    return p / total
-
-
 def accept_sampled(
     kids: list[list[int]],
     tokens: list[int],
@@ -71,7 +59,7 @@ def accept_sampled(
             if uniform(generator) < px / left:
                 accepted = c
                 break
-            if px > 0:  # residual(p, x), without a (V,) copy per sibling: the mass left is tracked instead
+            if px > 0:  # p with x zeroed and renormalised, without a (V,) copy per sibling: the mass left is tracked
                 if not rejected:
                     left = p.sum().item()  # p's own total, read once at the first rejection
                 left -= px

@@ -10,6 +10,7 @@ Helpers are plain functions here so test modules can `from conftest import ...` 
 from __future__ import annotations
 
 import functools
+import json
 import random
 
 import pytest
@@ -27,6 +28,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from core import choices
 from core import tree as tree_lib
 from core.config import DecodeConfig
 from core.draft_head import EagleHead, HeadConfig, init_head
@@ -221,3 +223,29 @@ def tiny_mistral() -> TargetModel:
 @pytest.fixture
 def rng() -> torch.Generator:
     return torch.Generator().manual_seed(1234)
+
+
+# Every test runs on one pinned CPU path (core/choices.py): the plain products, no rows on demand, no oneDNN route,
+# so a bug in one route fails the tests that pin that route (tests/test_choices.py) instead of showing up now and
+# then when timing noise picks it. Tests of the timing itself are marked `timed` and see no pins.
+PLAIN_PATH = {"lm_head": "linear", "lazy_rows": False, "body_onednn_rows": [], "draft_head": "linear",
+              "draft_onednn_rows": [], "medusa_head": "linear"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def plain_path_file(tmp_path_factory):
+    """The pin file, in force from the start of the session (module-scoped fixtures build their models on it too)."""
+    path = tmp_path_factory.getbasetemp() / "plain_path_choices.json"
+    path.write_text(json.dumps(PLAIN_PATH))
+    choices.use(path)
+    yield path
+    choices.use(None)
+
+
+@pytest.fixture(autouse=True)
+def pinned_kernel_path(request, plain_path_file):
+    """Each test starts on the plain path (or unpinned when marked `timed`) and leaves it restored, whatever pins it
+    set itself."""
+    choices.use(None if request.node.get_closest_marker("timed") else plain_path_file)
+    yield
+    choices.use(plain_path_file)

@@ -68,7 +68,7 @@ def test_run_endpoint_rejects_bad_input_and_keeps_serving(server):
 
 def test_streaming_event_through_the_server(server):
     _, client, _ = server
-    job = client.submit(PROMPT, 16, 0.0, 1.0, 0, 24, 6, 6, 10, "none", 0.0, api_name="/stream")
+    job = client.submit(PROMPT, 16, 0.0, 1.0, 0, 24, 6, 6, 10, "none", 0.0, "", api_name="/stream")
     deadline = time.time() + 60
     while not job.done() and time.time() < deadline:
         time.sleep(0.05)

@@ -70,6 +70,8 @@ def test_end_to_end_all_methods(stack, tmp_path, capsys):
         assert key in c, key
     assert {"platform", "processor", "cpu_count"} <= set(c["machine"])
     assert set(c["kernels"]) == {"lm_head", "lazy_rows", "body_onednn_rows", "packed_weights"}  # start-up's choices
+    assert c["choices"]["lm_head"] == c["kernels"]["lm_head"] and c["choices"]["dtype"] == "float32"
+    assert c["choices"]["source"].startswith("pinned") and "draft_head" in c["choices"]  # tests/conftest.py's pin
     assert c["dtype"] == "float32" and c["n_prompts"] == 3  # writing + roleplay collapse into mt_bench
     assert (c["tree"]["total_tokens"], c["tree"]["depth"], c["tree"]["top_k"]) == (10, 4, 3)
     rows = res["per_prompt"]
@@ -108,6 +110,20 @@ def test_end_to_end_all_methods(stack, tmp_path, capsys):
     assert s["baseline"]["step_ms"]["draft"] == 0 and s["eagle2"]["step_ms"]["draft"] > 0
     assert s["hf"]["step_ms"]["target"] is None and s["hf"]["step_ms"]["total"] > 0
     assert "| method | ms per step | target forward | draft head |" in captured.out
+    # what a mean hides: matched-only speedup, spread, copied share and loop flags, per row and in the summary
+    for r in rows:
+        assert "loop_period" in r
+        if r["method"] in ("eagle2", "eagle2-head", "lookup"):
+            assert r["accepted_lookup"] + r["accepted_head"] == r["accepted_drafts"]
+    assert all(r["accepted_lookup"] == 0 for r in rows if r["method"] == "eagle2-head")  # the head alone copies nothing
+    lookup_rows = [r for r in rows if r["method"] == "lookup"]
+    assert all(r["accepted_head"] == 0 for r in lookup_rows)  # lookup alone: every accepted draft was copied
+    for m in METHODS:
+        assert s[m]["n_matched_vs_baseline"] == 3 and s[m]["speedup_vs_baseline_matched"] is not None
+        assert set(s[m]["speedup_spread"]) == {"median", "p10", "p90", "min", "max"}
+        assert s[m]["loops"] is not None
+    assert s["eagle2-head"]["copied_share"] in (0.0, None)
+    assert "| method | speedup vs baseline: all | matched only (n) |" in captured.out
 
 
 def test_sampled_run_with_auto_tree(stack, tmp_path, capsys):
@@ -126,6 +142,83 @@ def test_sampled_run_with_auto_tree(stack, tmp_path, capsys):
     assert res["config"]["head"] == stack["head"] and res["config"]["head_trained"] is True
     assert all(r["identical_to_baseline"] is None for r in res["per_prompt"])
     assert all(v["mismatches"] is None for v in res["summary"].values())
+
+
+def test_auto_calibrates_on_a_held_out_prompt_never_a_measured_one(stack, tmp_path, monkeypatch):
+    """`--tree auto` plans on CALIBRATION_PROMPT: the ids choose_tree sees are none of the measured prompts'."""
+    import core.bench as bench_mod
+    from transformers import AutoTokenizer
+
+    seen = []
+    real = bench_mod.choose_tree
+
+    def spy(eagle, prompt_ids, **kw):
+        seen.append(list(prompt_ids))
+        return real(eagle, prompt_ids, **kw)
+
+    monkeypatch.setattr(bench_mod, "choose_tree", spy)
+    out = tmp_path / "a.json"
+    assert main(_args(stack, out, "--methods", "baseline,eagle2", "--tree", "auto", "--max-new-tokens", "8")) == 0
+    tok = AutoTokenizer.from_pretrained(stack["model"])
+    measured = [encode_prompt(tok, q["turns"][0], "auto") for q in QUESTIONS]
+    assert seen == [encode_prompt(tok, bench_mod.CALIBRATION_PROMPT, "auto")]
+    assert all(ids != seen[0] for ids in measured)
+    tree = json.loads(out.read_text())["config"]["tree"]
+    assert tree["calibration_prompt"] == bench_mod.CALIBRATION_PROMPT and "held-out" in tree["source"]
+
+
+def test_split_dev_and_test_are_disjoint_and_recorded(stack, tmp_path):
+    """dev (question_id % 5 == 0) is for training decisions, test is the rest; together they are the file."""
+    from core.bench_questions import BenchError, split_questions
+
+    rows = [{"question_id": i, "category": "qa", "turns": ["x"]} for i in range(80, 92)]
+    dev, test = split_questions(rows, "dev"), split_questions(rows, "test")
+    assert [r["question_id"] for r in dev] == [80, 85, 90]
+    assert {r["question_id"] for r in dev} | {r["question_id"] for r in test} == set(range(80, 92))
+    assert not {r["question_id"] for r in dev} & {r["question_id"] for r in test}
+    assert split_questions(rows, "all") == rows
+    with pytest.raises(BenchError):
+        split_questions(rows, "train")
+    out = tmp_path / "t.json"
+    assert main(_args(stack, out, "--methods", "baseline", "--split", "test", "--max-new-tokens", "4")) == 0
+    res = json.loads(out.read_text())
+    assert res["config"]["split"] == "test"
+    assert {r["question_id"] for r in res["per_prompt"]} == {81, 82, 201, 281}  # no id here is a multiple of 5
+    assert main(_args(stack, tmp_path / "d.json", "--methods", "baseline", "--split", "dev")) == 2  # none selected
+
+
+def _hrow(qid, method, tps, same=True, tau=1.0, lookup=None, drafts=None, loop=None):
+    r = {"question_id": qid, "category": "qa", "method": method, "new_tokens": 128, "seconds": 128 / tps,
+         "tokens_per_s": tps, "target_forwards": int(128 / tau), "tau": tau, "identical_to_baseline": same,
+         "loop_period": loop}
+    if drafts is not None:
+        r.update(accepted_drafts=drafts, accepted_lookup=lookup, accepted_head=drafts - lookup, drafted_tokens=4 * drafts,
+                 accept_hist=[1, 1])
+    return r
+
+
+def test_honest_summary_on_planted_rows():
+    """Four prompts: one looping output that ran 10x and diverged, three ordinary ones at 1.5x. The mean speedup
+    (ratio of means) is pulled up by the loop; matched-only, the median and the spread say what happened."""
+    from core.bench_report import honest_table, quantile, spread
+
+    rows = []
+    for qid, (tps, same, loop) in enumerate([(100.0, False, 3), (15.0, True, None), (15.0, True, None),
+                                             (15.0, True, None)]):
+        rows.append(_hrow(qid, "baseline", 10.0))
+        rows.append(_hrow(qid, "eagle2", tps, same, tau=tps / 10, lookup=30 if loop else 2, drafts=40 if loop else 6,
+                         loop=loop))
+    s = summarize_rows(rows)["eagle2"]
+    assert s["speedup_vs_baseline"] == pytest.approx((100 + 45) / 4 / 10)  # 3.63x, the headline a loop makes
+    assert s["speedup_vs_baseline_matched"] == pytest.approx(1.5) and s["n_matched_vs_baseline"] == 3
+    assert s["speedup_spread"]["median"] == pytest.approx(1.5) and s["speedup_spread"]["max"] == pytest.approx(10.0)
+    assert s["speedup_spread"]["p90"] == pytest.approx(quantile([1.5, 1.5, 1.5, 10.0], 0.9))
+    assert s["tau_spread"]["min"] == pytest.approx(1.5) and s["tau_spread"]["max"] == pytest.approx(10.0)
+    assert s["copied_share"] == pytest.approx((30 + 3 * 2) / (40 + 3 * 6))
+    assert s["loops"] == 1 and summarize_rows(rows)["baseline"]["loops"] == 0
+    table = honest_table(summarize_rows(rows))
+    assert "| eagle2 | 3.62x | 1.50x (3) | 1.50x [1.50, 7.45] | 1.50 [1.50, 10.00] | 62% | 1 of 4 |" in table
+    assert quantile([1, 2, 3, 4], 0.5) == 2.5 and spread([]) is None
 
 
 def test_auto_tree_is_not_calibrated_when_no_method_drafts_with_it(stack, tmp_path, capsys):

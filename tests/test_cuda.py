@@ -1,5 +1,7 @@
 """GPU checks (`python -m pytest -m cuda`; deselected by default, skipped without CUDA): greedy and sampled decoding
-on a CUDA target, seeded sampling that gives the same tokens on CPU and CUDA, and the app's handler on a GPU.
+on a CUDA target, seeded sampling that gives the same tokens on CPU and CUDA, the app's handler on a GPU, bf16
+divergences only at near ties, EAGLE-3, Medusa and lookup drafters, and the real model with its shipped head past
+its sliding window.
 
 Tiny random models are deep-copied from the cached CPU fixtures and moved to the GPU (fp32), so nothing is
 downloaded. scripts/gpu_check.sh runs them on a machine that has a GPU (README, Hardening, says which have run on one).
@@ -159,3 +161,57 @@ def test_training_attention_gives_finite_query_gradients_where_cudnn_gives_nan()
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     out.backward(torch.randn(out.shape, device="cuda", dtype=out.dtype, generator=g))
     assert torch.isfinite(q.grad).all()
+
+
+# ------------------------------------------------------------------------------------------ bf16, every drafter, the real model
+
+
+def test_bf16_greedy_eagle2_on_cuda_diverges_only_at_near_ties():
+    """bf16, the GPU default: where EAGLE-2's output parts from plain decoding's, both runs' margins together fit
+    inside the rounding change of a logit difference (core/exactness.py); prompts that never diverge count too."""
+    from core.exactness import divergence_of
+
+    for kind in ("llama", "gemma3"):
+        tgt = TargetModel(copy.deepcopy(tiny_model(kind)).to("cuda", torch.bfloat16), name=f"tiny-{kind}")
+        tgt.eos_ids = frozenset()
+        dec = Eagle2Decoder(tgt, EagleDrafter(tiny_head(tiny_target(kind)), tgt))
+        for tree in (TreeConfig(16, 6, 6), TreeConfig(8, 3, 2, 0)):
+            cfg = DecodeConfig(max_new_tokens=64, tree=tree)
+            _, base = run(BaselineDecoder(tgt), PROMPT, cfg)
+            _, eagle = run(dec, PROMPT, cfg)
+            d = divergence_of(base, eagle, torch.bfloat16)
+            assert d is None or d.near_tie, (kind, tree, d)
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "medusa", "lookup"])
+def test_every_drafter_is_lossless_on_cuda(kind):
+    """fp32 greedy on CUDA: EAGLE-3 (fused taps), Medusa (token-level) and context lookup alone equal plain
+    decoding token for token, as EAGLE-1/2 does above."""
+    from conftest import tiny_drafter
+
+    tgt = TargetModel(copy.deepcopy(tiny_model("llama")).to("cuda"), name="tiny-llama")
+    tgt.eos_ids = frozenset()
+    drafter = tiny_drafter(kind, tgt)
+    cfg = DecodeConfig(max_new_tokens=96, tree=TreeConfig(12, 4, 3, lookup=8))
+    want, _ = run(BaselineDecoder(tgt), PROMPT * 2, cfg)
+    got, events = run(Eagle2Decoder(tgt, drafter), PROMPT * 2, cfg)
+    assert got == want and all(e.step_ms > 0 for e in events)
+    if kind == "lookup":  # the prompt repeats: copies are drafted and accepted on the GPU too
+        assert sum(e.accepted_lookup for e in events) > 0
+
+
+@pytest.mark.real_model
+def test_real_model_with_its_shipped_head_past_the_sliding_window_on_cuda():
+    """The packaged Gemma 3 270M (sliding window 512) with its shipped head, fp32 on CUDA: a prompt of ~500 tokens
+    and 96 new ones, so verify trees and the KV cache run past the window; EAGLE-2 equals plain decoding."""
+    from core import pipeline
+
+    target, tok, base, eagle = pipeline.build_decoders(None, None, "cuda", "fp32")
+    assert target.sliding_window == 512 and eagle.drafter.trained
+    text = " ".join(f"Step {i}: stir the dough and let it rest." for i in range(60))
+    ids = tok(text).input_ids[:500]
+    cfg = DecodeConfig(max_new_tokens=96, tree=TreeConfig(16, 6, 8))
+    want, _ = run(base, ids, cfg)
+    got, events = run(eagle, ids, cfg)
+    assert len(ids) + len(want) > target.sliding_window
+    assert got == want and sum(e.accepted_drafts for e in events) > 0

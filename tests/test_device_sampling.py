@@ -69,10 +69,23 @@ def test_accept_sampled_uses_the_same_stream():
                 assert path == [0] and bonus == inverse_cdf(r / r.sum(), u_bonus)
 
 
-def test_a_generator_on_another_device_is_accepted():
-    """uniform() draws on the generator's own device; a CPU generator with any probabilities always works."""
-    g = torch.Generator(device="cpu").manual_seed(3)
-    assert 0.0 <= uniform(g) < 1.0
+def test_a_draw_depends_on_the_calls_own_generator_only(monkeypatch):
+    """What makes a seed give the same token on any device: sample() consumes exactly one uniform from the decode
+    call's CPU generator and nothing else: not the global RNG, not a device RNG, never torch.multinomial (which
+    raised for CUDA probabilities with a CPU generator). The same claim on a real GPU: tests/test_cuda.py."""
+    def no(*a, **k):
+        raise AssertionError("sample() must not draw this way")
+
+    monkeypatch.setattr(torch, "multinomial", no)
+    probs = torch.softmax(torch.randn(50, generator=torch.Generator().manual_seed(4)), -1)
+    for seed in range(20):
+        torch.manual_seed(1000 + seed)  # the global RNG's state must not matter
+        g = new_generator(seed)
+        tok = sample(probs, g)
+        torch.manual_seed(7)
+        ref = new_generator(seed)
+        assert tok == inverse_cdf(probs, uniform(ref))
+        assert torch.equal(g.get_state(), ref.get_state())  # exactly one uniform consumed
 
 
 @pytest.mark.parametrize("t", [1e-40, 1e-37, 1e-20, 1e-4, 5e-4])

@@ -62,7 +62,7 @@ def test_summarize_baseline_and_empty():
 def test_as_dict_is_plain_data():
     d = summarize(eagle_events()).as_dict()
     assert d["accept_hist"] == [1, 1, 1] and isinstance(d["depth_accept"], list)
-    assert set(d) == {f.name for f in dataclasses.fields(RunStats)} | {"other_s"}
+    assert set(d) == {f.name for f in dataclasses.fields(RunStats)} | {"other_s", "accepted_head", "lookup_share"}
     assert d["step_split_ms"] == pytest.approx([5.5 / 3, 4.5 / 3, 0.0])
 
 
@@ -98,3 +98,39 @@ def test_draft_forwards_count_real_head_calls(tree):
     assert summarize(events).draft_forwards == len(calls)
     assert summarize(events).target_forwards == len(events)
     assert all(e.step_ms >= e.verify_ms + e.draft_ms for e in events)  # the split's parts lie inside the step
+
+
+def test_accepted_drafts_split_into_lookup_and_head():
+    """A step whose accepted path runs through a head node then a grafted lookup node counts one of each; the run's
+    statistics pool them and give the copied share."""
+    tree = (TreeNode(0, -1, 7, 0, 0.0, True, "root"), TreeNode(1, 0, 8, 1, -0.1, True, "head"),
+            TreeNode(2, 0, 9, 1, -0.5, False, "head"), TreeNode(3, 1, 10, 2, 0.0, True, "lookup"),
+            TreeNode(4, 3, 11, 3, 0.0, True, "lookup"))
+    e1 = StepEvent(1, "eagle2", (8, 10, 11, 12), tree, (0, 1, 3, 4), step_ms=1.0)
+    e2 = StepEvent(2, "eagle2", (13,), tree[:3], (0,), step_ms=1.0)
+    assert (e1.accepted_drafts, e1.accepted_lookup) == (3, 2) and e2.accepted_lookup == 0
+    s = summarize([StepEvent(0, "eagle2", (7,), step_ms=1.0), e1, e2])
+    assert (s.accepted_drafts, s.accepted_lookup, s.accepted_head) == (3, 2, 1)
+    assert s.lookup_share == pytest.approx(2 / 3)
+    assert s.as_dict()["lookup_share"] == pytest.approx(2 / 3) and s.as_dict()["accepted_head"] == 1
+    assert summarize([StepEvent(0, "baseline", (1,), step_ms=1.0)]).lookup_share is None
+
+
+def test_run_stats_flag_an_output_that_ends_in_a_loop():
+    looping = [StepEvent(i, "baseline", (i % 5,), step_ms=1.0) for i in range(130)]
+    fresh = [StepEvent(i, "baseline", (i,), step_ms=1.0) for i in range(130)]
+    assert summarize(looping).loop_period == 5 and summarize(fresh).loop_period is None
+
+
+def test_a_real_run_counts_lookup_tokens_as_the_ui_colours_them():
+    """On a tiny target with a prompt that repeats, the copied tokens counted per step equal the tokens the UI marks
+    as copied (app/render.py token_lookup), and the head's share is the rest."""
+    from app.render import token_lookup
+
+    tgt = tiny_target("llama")
+    cfg = DecodeConfig(max_new_tokens=60, tree=TreeConfig(8, 3, 2, lookup=8))
+    _, events = run(Eagle2Decoder(tgt, EagleDrafter(tiny_head(tgt), tgt)), PROMPT * 3, cfg)
+    s = summarize(events)
+    flags = token_lookup(events)
+    assert s.accepted_lookup > 0 and s.accepted_head > 0  # both kinds were accepted in this run
+    assert s.accepted_lookup == sum(flags) and s.accepted_head == s.accepted_drafts - sum(flags)

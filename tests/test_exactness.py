@@ -10,7 +10,7 @@ from core.baseline import BaselineDecoder
 from core.config import DecodeConfig, TreeConfig
 from core.drafter import EagleDrafter
 from core.eagle import Eagle2Decoder
-from core.exactness import NEAR_TIE_ULPS, as_dtype, classify, first_difference, tolerance, top2, ulp
+from core.exactness import NEAR_TIE_ULPS, as_dtype, classify, first_difference, is_near_tie, tolerance, top2, ulp
 
 
 def test_ulp_is_the_dtype_spacing():
@@ -67,6 +67,33 @@ def test_identical_prefix_or_missing_margins():
     assert d is not None and d.index == 3 and not d.near_tie and d.baseline_margin is None
 
 
+@pytest.mark.parametrize("small_side", ["baseline", "method"])
+def test_one_small_margin_does_not_explain_a_large_one(small_side):
+    """A flip needs the logit difference to move by m_baseline + m_method; one run winning by 0.1 cannot excuse the
+    other winning by 9 logits (72 bf16 ulps at 20, tolerance 16 ulps): a mismatch whichever side is small."""
+    small, large = [0.1], [9.0]
+    mb, mm = (small, large) if small_side == "baseline" else (large, small)
+    d = classify([1], [2], mb, mm, [20.0], [20.0], "bfloat16")
+    assert d is not None and not d.near_tie and d.label == "mismatch"
+    assert (d.baseline_margin, d.method_margin) == (mb[0], mm[0])
+
+
+def test_the_sum_of_both_margins_decides_at_the_boundary():
+    """Tolerance 2.0 (16 ulps of 0.125 at a top logit of 20): 1.0 + 1.0 is a near tie, 1.0 + 1.125 is not, though
+    each margin alone is well inside the tolerance (the old min() rule called both near ties)."""
+    assert classify([1], [2], [1.0], [1.0], [20.0], [20.0], "bfloat16").near_tie
+    assert not classify([1], [2], [1.0], [1.125], [20.0], [20.0], "bfloat16").near_tie
+    assert not classify([1], [2], [1.125], [1.0], [20.0], [20.0], "bfloat16").near_tie
+
+
+def test_a_missing_margin_on_either_side_is_unexplained():
+    """A margin of 0 on one side cannot decide alone when the other side recorded nothing."""
+    assert not classify([1], [2], [0.0], [], [20.0], [20.0], "bfloat16").near_tie
+    assert not classify([1], [2], [], [0.0], [20.0], [20.0], "bfloat16").near_tie
+    assert not is_near_tie(None, 0.0, 2.0) and not is_near_tie(0.0, None, 2.0) and not is_near_tie(0.0, 0.0, None)
+    assert is_near_tie(0.0, 0.0, 2.0)
+
+
 def test_top2_margins_per_row():
     logits = torch.tensor([[1.0, 5.0, 4.5, -2.0], [3.0, 3.0, 0.0, 1.0]])  # (2, 4)
     margins, tops = top2(logits)
@@ -91,3 +118,25 @@ def test_both_decoders_record_one_margin_per_token_at_the_same_positions():
     et = [t for e in events for t in e.top_logits]
     assert et == pytest.approx([t for e in base_events for t in e.top_logits], abs=1e-4)
     assert any(len(e.new_token_ids) > 1 for e in events)  # multi-token steps were checked too
+
+
+def test_saved_results_are_reclassified_under_both_rules():
+    """scripts/reclassify_near_ties.py on a planted bench JSON: a divergence with one small margin and one missing
+    margin was a near tie under the old min() rule and is unexplained under the sum rule; a true near tie stays one."""
+    from conftest import load_script
+
+    rc = load_script("reclassify_near_ties")
+    rows = [
+        {"method": "eagle2", "identical_to_baseline": True},
+        {"method": "eagle2", "identical_to_baseline": False,
+         "divergence": {"baseline_margin": 0.125, "method_margin": 0.25, "tolerance": 2.0}},
+        {"method": "hf-pld", "identical_to_baseline": False,
+         "divergence": {"baseline_margin": 0.0, "method_margin": None, "tolerance": 2.0}},
+        {"method": "hf", "identical_to_baseline": False,
+         "divergence": {"baseline_margin": 0.1, "method_margin": 9.0, "tolerance": 2.0}},
+    ]
+    got = rc.reclassify({"per_prompt": rows})
+    assert got["eagle2"] == {"compared": 2, "mismatches": 1, "old_unexplained": 0, "new_unexplained": 0,
+                             "max_sum_ulps": 3.0}
+    assert (got["hf-pld"]["old_unexplained"], got["hf-pld"]["new_unexplained"]) == (0, 1)
+    assert (got["hf"]["old_unexplained"], got["hf"]["new_unexplained"]) == (0, 1)

@@ -29,7 +29,7 @@ from fakes import Paced, ReplayDecoder, baseline_events, tiny_stack  # noqa: E40
 
 PROMPT = "Once upon a time"
 CAP_NEW, CAP_PROMPT = 64, 48
-GOOD = (PROMPT, 8, 0.0, 1.0, 0, 24, 6, 6, 10, "none", 0.0)
+GOOD = (PROMPT, 8, 0.0, 1.0, 0, 24, 6, 6, 10, "none", 0.0, "")
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def server(tmp_path_factory):
 
 def args(**kw):
     names = ("prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k", "lookup",
-             "compare", "stop_below")
+             "compare", "stop_below", "stop")
     return tuple(kw.get(n, v) for n, v in zip(names, GOOD))
 
 
@@ -114,17 +114,34 @@ API_BAD = [
 ENDPOINTS = ("/run", "/stream")  # the API and the UI's own event: one validation path, the same maxima
 
 
+def generation_spy(monkeypatch) -> list[str]:
+    """Records every decode call (baseline or EAGLE-2, any drafter) made while the test runs."""
+    from core.baseline import BaselineDecoder
+    from core.eagle import Eagle2Decoder
+
+    calls: list[str] = []
+    for cls in (BaselineDecoder, Eagle2Decoder):
+        real = cls.generate
+
+        def spy(self, *a, _real=real, **k):
+            calls.append(self.method)
+            return _real(self, *a, **k)
+
+        monkeypatch.setattr(cls, "generate", spy)
+    return calls
+
+
 def message(e: BaseException) -> str:
     return str(e).strip()
 
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
 @pytest.mark.parametrize("inputs,pattern", API_BAD, ids=[f"api{i}" for i in range(len(API_BAD))])
-def test_api_rejects_bad_input_and_keeps_serving(server, endpoint, inputs, pattern):
-    t0 = time.perf_counter()
+def test_api_rejects_bad_input_and_keeps_serving(server, endpoint, inputs, pattern, monkeypatch):
+    decoded = generation_spy(monkeypatch)
     with pytest.raises(Exception, match=pattern) as e:
         server.predict(*inputs, api_name=endpoint)
-    assert time.perf_counter() - t0 < 5.0
+    assert decoded == []  # refused at the boundary: no decoder ran a step for it
     assert "\n" not in message(e.value) and len(message(e.value)) < 200, message(e.value)
 
 
@@ -264,15 +281,15 @@ def cli_main(which: str):
 
 
 @pytest.mark.parametrize("which,argv,pattern", CLI_BAD, ids=[f"{c[0]}{i}" for i, c in enumerate(CLI_BAD)])
-def test_cli_bad_input_one_line_nonzero_exit(tiny_loader, tiny_folders, capsys, which, argv, pattern):
+def test_cli_bad_input_one_line_nonzero_exit(tiny_loader, tiny_folders, capsys, monkeypatch, which, argv, pattern):
     root, _ = tiny_folders
     argv = [a.replace("{root}", str(root)) for a in argv]
-    t0 = time.perf_counter()
+    decoded = generation_spy(monkeypatch)
     try:
         rc = cli_main(which)(argv)
     except SystemExit as e:  # argparse errors
         rc = e.code
-    assert time.perf_counter() - t0 < 5.0
+    assert decoded == []  # refused before any decoding
     err = capsys.readouterr().err.strip()
     assert rc not in (0, None), err
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
@@ -297,27 +314,33 @@ def nan_stack():
     return tok, baseline, eagle
 
 
-def test_nan_head_raises_decode_error_and_frees_caches(monkeypatch):
+def test_nan_head_answers_with_the_targets_own_token_and_frees_caches(monkeypatch):
+    """A head whose draft scores are NaN no longer ends the request: each such step verifies the root alone, so the
+    output is the target's own greedy text (equal to the baseline's), the steps say why, and caches are freed."""
     from core import kv_cache
+    from core.eagle import NON_FINITE_DRAFT_NOTE
 
     freed = []
     real_free = kv_cache.free
     monkeypatch.setattr(kv_cache, "free", lambda c: (freed.append(c), real_free(c)))
-    tok, _, eagle = nan_stack()
-    with pytest.raises(DecodeError, match="NaN or inf"):
-        list(eagle.generate(list(tok.encode(PROMPT)), DecodeConfig(max_new_tokens=8)))
+    tok, baseline, eagle = nan_stack()
+    cfg = DecodeConfig(max_new_tokens=8)
+    events = list(eagle.generate(list(tok.encode(PROMPT)), cfg))
+    base = [t for e in baseline.generate(list(tok.encode(PROMPT)), cfg) for t in e.new_token_ids]
+    assert [t for e in events for t in e.new_token_ids] == base
+    assert any(e.note == NON_FINITE_DRAFT_NOTE for e in events[1:])
+    assert all(len(e.tree) <= 1 + 10 for e in events[1:])  # the root (and at most the lossless lookup chain)
     assert freed and all(not layer.is_initialized or layer.keys is None or layer.keys.numel() == 0
                          for c in freed for layer in c.layers)
 
 
-def test_nan_head_fails_one_request_in_the_app_then_good_head_serves(caplog):
+def test_nan_head_request_completes_in_the_app_with_a_note(caplog):
     tok, baseline, eagle = nan_stack()
     pg = Playground(tok, baseline, eagle)
     with caplog.at_level(logging.INFO, logger="eagle_playground.requests"):
-        with pytest.raises(gr.Error, match="NaN or inf"):
-            pg.run(PROMPT, 8)
-    line = json.loads(caplog.records[-1].getMessage())
-    assert line["outcome"] == "error" and "NaN" in line["error"]
+        out = pg.run(PROMPT, 8)
+    assert out["identical"] is True and "NaN or inf" in out["note"] and "target's own token" in out["note"]
+    assert json.loads(caplog.records[-1].getMessage())["outcome"] == "ok"
     tok, baseline, eagle = tiny_stack()
     assert Playground(tok, baseline, eagle).run(PROMPT, 8)["identical"] is True
 
@@ -428,14 +451,38 @@ def test_api_takes_no_file_paths(server):
     api = server.view_api(print_info=False, return_format="dict")
     params = [p["parameter_name"] for p in api["named_endpoints"]["/run"]["parameters"]]
     assert params == ["prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k",
-                      "lookup", "compare", "stop_below", "messages"]  # compare: a COMPARE key, never a path;
+                      "lookup", "compare", "stop_below", "messages", "stop"]  # compare: a COMPARE key, never a path;
     # messages: {role, content} dicts of text (core/conversation.py), never a path
     assert not any("path" in p or "head" in p or "model" in p for p in params)
 
 
-def test_head_loading_is_safe():
-    src = (Path(__file__).resolve().parent.parent / "core" / "draft_head.py").read_text()
-    assert "weights_only=True" in src and "model.safetensors" in src
+class _Payload:
+    """A pickle that creates a marker folder when unpickled: what a hostile pytorch_model.bin could do."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.makedirs, (str(self.marker),)
+
+
+def test_a_pickled_payload_in_a_head_is_refused_and_never_runs(tmp_path):
+    """A head folder whose pytorch_model.bin carries code (not tensors): loading refuses it and the code never runs
+    (torch.load with weights_only=True); a folder with model.safetensors loads from it."""
+    from core.draft_head import HeadConfig, init_head, load_head, save_head
+    from core.heads import load_any_head
+
+    save_head(init_head(HeadConfig(64, 128, 4, 2, 128)), tmp_path / "ok", dtype=torch.float32)
+    assert load_head(tmp_path / "ok").trained
+    bad = tmp_path / "bad"
+    save_head(init_head(HeadConfig(64, 128, 4, 2, 128)), bad, dtype=torch.float32)
+    (bad / "model.safetensors").unlink()
+    marker = tmp_path / "payload_ran"
+    torch.save({"fc.weight": _Payload(marker)}, bad / "pytorch_model.bin")
+    for load in (load_head, load_any_head):
+        with pytest.raises(Exception, match="(?i)weights only|unpickl|unsupported global"):
+            load(bad)
+    assert not marker.exists()
 
 
 def test_app_start_failure_is_one_line():
@@ -532,11 +579,10 @@ def slow_stack(pause: float = 0.05):
 def test_time_budget_stops_a_request_cleanly_with_a_note(caplog):
     tok, b, e = slow_stack()
     pg = Playground(tok, b, e, limits=Limits(seconds=0.5))
-    t0 = time.perf_counter()
     with caplog.at_level(logging.INFO, logger="eagle_playground.requests"):
         out = pg.run(PROMPT, 1000)
-    assert time.perf_counter() - t0 < 3.0
     assert "0.5 s time budget" in out["note"] and 0 < len(out["baseline_token_ids"]) < 1000
+    assert out["baseline"]["new_tokens"] == len(out["baseline_token_ids"])  # what ran is kept and counted
     assert json.loads(caplog.records[-1].getMessage())["outcome"] == "timeout"
     final = list(pg.stream(PROMPT, 1000, 0.0, 1.0, 0, 16, 6, 6, 10))[-1]
     assert "stopped" in final[0] and "time budget" in final[-1].note

@@ -2,7 +2,7 @@
 the model in the dtype the timing chose (and records why), while an explicit dtype is never overridden."""
 from __future__ import annotations
 
-import time
+import types
 
 import pytest
 import torch
@@ -12,9 +12,33 @@ from conftest import tiny_model
 from core import kernels, models
 
 
-def test_fastest_ranks_a_slow_candidate_last():
-    best = kernels.fastest({"quick": lambda: None, "slow": lambda: time.sleep(0.004)}, rounds=3)
-    assert best["quick"] < best["slow"] and best["slow"] >= 0.004
+class FakeClock:
+    """kernels' perf_counter replaced by a clock that moves only when a timed candidate says what it costs, so
+    the choice logic is tested without sleeping and without reading real times."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def spend(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch) -> FakeClock:
+    c = FakeClock()
+    monkeypatch.setattr(kernels, "time", types.SimpleNamespace(perf_counter=c))
+    return c
+
+
+def test_fastest_ranks_a_slow_candidate_last(clock):
+    calls = []
+    best = kernels.fastest({"quick": lambda: calls.append("q"), "slow": lambda: (calls.append("s"), clock.spend(0.004))},
+                           rounds=3)
+    assert best == {"quick": 0.0, "slow": pytest.approx(0.004)}
+    assert calls.count("q") == calls.count("s") == 4  # one warm-up round (not counted) and 3 timed rounds
 
 
 @pytest.mark.parametrize("ms,expected", [({"bf16": 5.0, "fp32": 9.0}, torch.bfloat16),
@@ -106,6 +130,7 @@ def test_a_head_with_bias_or_an_unusual_dtype_keeps_linear():
     assert kernels.head_kernel(w, rounds=1) in kernels.head_candidates(w)  # unpatched: a real timing
 
 
+@pytest.mark.timed  # tests start-up timing: no pinned path (tests/conftest.py)
 @pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa"])
 def test_drafters_time_their_own_head_and_draft_the_same_with_any_kernel(monkeypatch, kind):
     """A reduced draft vocabulary is its own (Vd, H) product, so each drafter times it as the target times its
@@ -163,18 +188,21 @@ def test_onednn_linear_mode_computes_linear_and_touches_nothing_else():
         kernels._onednn_linear = real
 
 
-def test_body_choice_keeps_the_sizes_where_the_routed_forward_was_faster():
-    """A stand-in forward whose routed call is 4 ms slower below 16 rows and 4 ms faster from 16 on (a function
-    mode's fixed cost against cheaper products): the choice is exactly {16, 64}. A real tiny target's own timing
-    is one of the subsets."""
+def test_body_choice_keeps_the_sizes_where_the_routed_forward_was_faster(clock):
+    """A stand-in forward whose routed call costs 4 ms more below 16 rows and 4 ms less from 16 on (a function
+    mode's fixed cost against cheaper products), on a fake clock: the choice is exactly {16, 64}."""
     calls = []
 
     def forward(m: int, routed: bool) -> None:
         calls.append((m, routed))
-        time.sleep(0.004 if routed != (m >= 16) else 0.0)
+        clock.spend(0.004 if routed != (m >= 16) else 0.0)
 
     assert kernels.body_choice(forward, rounds=2) == frozenset({16, 64})
     assert {m for m, _ in calls} == set(kernels.BODY_ROWS) and len(calls) == 2 * 3 * len(kernels.BODY_ROWS)
+
+
+@pytest.mark.timed  # tests start-up timing: no pinned path (tests/conftest.py)
+def test_a_real_targets_body_timing_picks_timed_sizes():
     tgt = models.TargetModel(tiny_model("llama"), name="tiny")
     assert tgt.onednn_rows <= set(kernels.BODY_ROWS)
 
@@ -260,6 +288,7 @@ def test_the_function_mode_reads_the_packed_copy():
     assert seen == [True, False]
 
 
+@pytest.mark.timed  # tests start-up timing: no pinned path (tests/conftest.py)
 @pytest.mark.parametrize("head_wins,body_wins", [(True, True), (False, False), (True, False)])
 def test_a_target_keeps_only_the_packed_copies_its_timing_picked(monkeypatch, head_wins, body_wins):
     """The LM head's packed copy stays only where the oneDNN product was timed fastest, the body's only where some
@@ -275,6 +304,7 @@ def test_a_target_keeps_only_the_packed_copies_its_timing_picked(monkeypatch, he
     assert body and all((tgt.packed.get(w) is not None) is body_wins for w in body)
 
 
+@pytest.mark.timed  # tests start-up timing: no pinned path (tests/conftest.py)
 @pytest.mark.parametrize("kind", ["llama", "gemma3"])
 @pytest.mark.parametrize("drafter_kind", ["eagle", "eagle3", "medusa"])
 def test_packed_weights_keep_eagle_equal_to_the_baseline(monkeypatch, kind, drafter_kind):

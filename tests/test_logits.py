@@ -50,6 +50,7 @@ def test_bf16_logits_equal_the_head_module(kind, kernel):
     assert [peak(r).id for r in many[0]] == many[0].float().argmax(-1).tolist()
 
 
+@pytest.mark.timed  # tests start-up timing: no pinned path (tests/conftest.py)
 @pytest.mark.parametrize("fast", kernels.HEAD_KERNELS)
 def test_lm_head_kernel_is_chosen_by_timing_it(monkeypatch, fast):
     """The target's LM-head product is whichever candidate measured fastest, in bf16 and in fp32. oneDNN is a

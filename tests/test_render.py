@@ -161,6 +161,21 @@ def test_stats_html_reports_speedup_tau_and_split():
     assert "2.00× speedup" in html
     assert "2.40" in html  # tau = 12 tokens / 5 target forwards
     assert "time to first token" in html and "draft / verify / other time" in html and "token-identical" in html
+    assert "accepted from lookup / head" in html and "ends in a loop" in html
+
+
+def test_stats_html_says_what_copying_did_and_flags_a_loop():
+    """The statistics split accepted drafts into copied (lookup) and drafted (head) and flag a looping output."""
+    from core.events import TreeNode
+
+    nodes = (TreeNode(0, -1, 1, 0, 0.0, True, "root"), TreeNode(1, 0, 2, 1, -0.1, True),
+             TreeNode(2, 1, 3, 2, 0.0, True, "lookup"), TreeNode(3, 2, 4, 3, 0.0, True, "lookup"))
+    loop = [StepEvent(0, "eagle2", (1,), step_ms=1.0)] + [
+        StepEvent(i, "eagle2", (2, 3, 4, 1), nodes, (0, 1, 2, 3), step_ms=1.0) for i in range(1, 40)]
+    base = summarize([StepEvent(i, "baseline", ((i % 4) + 1,), step_ms=1.0) for i in range(157)])
+    html = stats_html(base, summarize(loop))
+    assert "78 / 39 (67% copied)" in html  # 39 steps x (2 copied + 1 head)
+    assert "yes: a 4-token block repeats" in html
 
 
 def test_token_label_shows_whitespace():

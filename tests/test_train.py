@@ -493,3 +493,70 @@ def test_the_oracle_script_bounds_tau_by_the_targets_own_distribution(setup, tmp
             assert greedy and greedy[0]["chain_tau_depth3"] > 3.9
     assert oracle.main([*common[:2], "--shards", str(tmp_path / "nothing")]) == 2
     assert capsys.readouterr().err.strip() == f"error: no shard_*.safetensors in {tmp_path / 'nothing'}"
+
+
+def _fit_inputs():
+    from conftest import tiny_head, tiny_target
+
+    target = tiny_target("llama")
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        seqs = []
+        for _ in range(30):
+            ids = torch.randint(3, 128, (12,), generator=g)
+            seqs.append((ids, target.decoder(input_ids=ids[None]).last_hidden_state[0], None))
+    return target, seqs, lambda: tiny_head(target).float()
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def test_a_resumed_training_run_equals_an_uninterrupted_one(tmp_path):
+    """Stop a run right after its first checkpoint, resume it: the final head and optimizer state are exactly the
+    uninterrupted run's (the noise generator's state travels in state.pt)."""
+    from core.train.fit import FitConfig, fit
+
+    target, seqs, new_head = _fit_inputs()
+    cfg = FitConfig(epochs=2, lr=3e-3, tokens_per_batch=48, ttt_steps=2, noise=0.5, save_every=3)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    whole = new_head()
+    fit(whole, target.embed, target.lm_head_weight.detach(), seqs, cfg, tmp_path / "a", lambda m: None)
+
+    def stop_at_first_save(head, step, total):
+        raise _Interrupted(step)
+
+    with pytest.raises(_Interrupted):
+        fit(new_head(), target.embed, target.lm_head_weight.detach(), seqs, cfg, tmp_path / "b", lambda m: None,
+            stop_at_first_save)
+    assert torch.load(tmp_path / "b" / "state.pt", weights_only=True)["step"] == 3
+    resumed = new_head()
+    lines: list[str] = []
+    fit(resumed, target.embed, target.lm_head_weight.detach(), seqs, cfg, tmp_path / "b", lines.append)
+    assert any("resumed from" in m and "at step 3/" in m for m in lines)
+    for (k, a), b in zip(whole.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), k
+    sa = torch.load(tmp_path / "a" / "state.pt", weights_only=True)
+    sb = torch.load(tmp_path / "b" / "state.pt", weights_only=True)
+    assert sa["data_fingerprint"] == sb["data_fingerprint"] and sa["args"] == sb["args"]
+    assert torch.equal(sa["generator"], sb["generator"])
+
+
+def test_resume_is_refused_for_other_data_or_other_arguments(tmp_path):
+    """state.pt records the data fingerprint and the arguments; other data or another lr is refused with a message
+    naming what differs, while more epochs (a longer run continuing a shorter one) is still accepted."""
+    from core.train.fit import FitConfig, fit
+
+    target, seqs, new_head = _fit_inputs()
+    cfg = FitConfig(epochs=1, lr=3e-3, tokens_per_batch=48, ttt_steps=2, save_every=3)
+    w = target.lm_head_weight.detach()
+    fit(new_head(), target.embed, w, seqs, cfg, tmp_path, lambda m: None)
+    other = [(ids.flip(0), feat, t) for ids, feat, t in seqs]
+    with pytest.raises(ValueError, match="other training data"):
+        fit(new_head(), target.embed, w, other, cfg, tmp_path, lambda m: None)
+    with pytest.raises(ValueError, match=r"other arguments \(lr 0.003 -> 0.001\)"):
+        fit(new_head(), target.embed, w, seqs, FitConfig(**{**cfg.__dict__, "lr": 1e-3}), tmp_path, lambda m: None)
+    longer = fit(new_head(), target.embed, w, seqs, FitConfig(**{**cfg.__dict__, "epochs": 2}), tmp_path,
+                 lambda m: None)
+    assert longer["steps"] > 0

@@ -68,6 +68,7 @@ def test_a_walk_that_stops_at_the_root_computes_one_row():
 
 @pytest.mark.parametrize("times,lazy", [({1: 40.0, 8: 100.0}, True), ({1: 17.0, 8: 18.0}, False),
                                         ({1: 50.0, 8: 100.0}, False)])  # AVX2 fp32 oneDNN; AMX bf16; the edge
+@pytest.mark.timed  # tests start-up timing: no pinned path (tests/conftest.py)
 def test_lazy_rows_only_where_one_row_costs_under_half_of_eight(monkeypatch, times, lazy):
     assert kernels.rows_are_cheap(times) is lazy
     # linear() is fastest at both row counts; its own 1-row against 8-row cost decides laziness

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from core import tree
-from core.verify import accept_greedy, accept_sampled, residual
+from core.verify import accept_greedy, accept_sampled
 
 #        0 (root)
 #      /   \
@@ -56,16 +56,6 @@ def test_greedy_duplicate_sibling_tokens_take_the_first():
     kids = tree.children([-1, 0, 0])
     path, bonus = accept_greedy(kids, [5, 8, 8], [8, 1, 2])
     assert path == [0, 1] and bonus == 1
-
-
-def test_residual_zeroes_and_renormalises():
-    p = torch.tensor([0.1, 0.6, 0.3])
-    r = residual(p, 1)
-    torch.testing.assert_close(r, torch.tensor([0.25, 0.0, 0.75]))
-    assert p[1] == 0.6  # input untouched
-    torch.testing.assert_close(residual(residual(p, 1), 0), torch.tensor([0.0, 0.0, 1.0]))
-    with pytest.raises(ValueError):
-        residual(torch.tensor([0.0, 1.0, 0.0]), 1)
 
 
 def test_sampled_point_masses_are_deterministic():

@@ -254,7 +254,11 @@ def main(argv: list[str] | None = None) -> int:
         import random
         n_steps = max(1, int(len(batches(seqs, cfg, random.Random(a.seed))) * a.epochs))
         cfg = FitConfig(**{**cfg.__dict__, "save_every": max(1, n_steps // a.snapshots)})
-    summary = fit(head, target.embed, w_draft, seqs, cfg, out, log, snapshot)
+    try:
+        summary = fit(head, target.embed, w_draft, seqs, cfg, out, log, snapshot)
+    except ValueError as e:  # a state.pt from other data or arguments (core.train.fit.check_resume)
+        print(f"core.train: error: {e}", file=sys.stderr)
+        return 2
     head.trained = True
     head_dir = Path(a.head_out or out / "head")
     save(head, head_dir)

@@ -13,10 +13,11 @@ then linear decay, gradient clipping, accelerate.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -42,6 +43,40 @@ class FitConfig:
     clip: float = 0.5
     seed: int = 0
     save_every: int = 200
+
+
+RESUMABLE_ARGS = ("epochs", "save_every")  # a longer run may continue a shorter one; saving often changes nothing
+
+
+def run_origin(seqs, cfg: FitConfig) -> dict:
+    """What a state.pt belongs to: a fingerprint of the training data (every sequence's token ids, each feature
+    tensor's shape and dtype and its first row) and the arguments that shape the trajectory (FitConfig without
+    RESUMABLE_ARGS). Plain str / number values, so state.pt stays readable with weights_only=True."""
+    h = hashlib.sha256()
+    for sq in seqs:
+        ids, feat = sq[0], sq[1]
+        h.update(ids.detach().cpu().to(torch.int64).numpy().tobytes())
+        h.update(f"{tuple(feat.shape)}{feat.dtype}".encode())
+        h.update(feat[:1].detach().cpu().float().numpy().tobytes())
+    args = {k: v for k, v in asdict(cfg).items() if k not in RESUMABLE_ARGS}
+    return {"data_fingerprint": h.hexdigest(), "n_sequences": len(seqs), "args": args}
+
+
+def check_resume(state: dict, origin: dict, path: Path) -> None:
+    """Refuse to continue a state.pt written for other data or other arguments (ValueError naming what differs):
+    its optimizer moments and batch plan belong to that run, so continuing would train neither run. A state
+    written before origins were recorded is accepted as it is."""
+    if "data_fingerprint" not in state:
+        return
+    if state["data_fingerprint"] != origin["data_fingerprint"] or state.get("n_sequences") != origin["n_sequences"]:
+        raise ValueError(f"{path} was written for other training data ({state.get('n_sequences')} sequences, "
+                         f"fingerprint {state['data_fingerprint'][:12]}; now {origin['n_sequences']}, "
+                         f"{origin['data_fingerprint'][:12]}): use a new --out or delete it")
+    old, new = state.get("args", {}), origin["args"]
+    diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    if diff:
+        shown = ", ".join(f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in diff)
+        raise ValueError(f"{path} was written with other arguments ({shown}): use a new --out or delete it")
 
 
 def batches(seqs: list[tuple[torch.Tensor, torch.Tensor]], cfg: FitConfig, rng: random.Random) -> list[list[int]]:
@@ -172,14 +207,20 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
     feat_rms = float(torch.cat([sq[1][:256].float() for sq in seqs[:200]]).pow(2).mean().sqrt())
     step, t_start, elapsed0, skipped = 0, time.time(), 0.0, 0  # skipped: updates dropped, non-finite
     state_path = ckpt_dir / "state.pt"
+    origin = run_origin(seqs, cfg)  # what this state belongs to: a resume must continue the same run
+    gen = torch.Generator().manual_seed(cfg.seed)
     if state_path.exists():
         st = torch.load(state_path, map_location="cpu", weights_only=True)
+        check_resume(st, origin, state_path)
         acc.unwrap_model(head).load_state_dict(st["head"])
         opt.load_state_dict(st["opt"])
         sched.load_state_dict(st["sched"])
         step, elapsed0, skipped = int(st["step"]), float(st["elapsed"]), int(st.get("skipped", 0))
+        if "generator" in st:  # the noise stream continues where it stopped, as in an uninterrupted run
+            gen.set_state(st["generator"])
+        else:  # a state written before the generator was saved
+            gen.manual_seed(cfg.seed + step)
         log(f"resumed from {state_path} at step {step}/{total_steps}")
-    gen = torch.Generator().manual_seed(cfg.seed + step)
     bar = tqdm(total=total_steps, initial=step, desc="train", unit="step")
     first, last = {}, {}
     while step < total_steps:
@@ -219,7 +260,7 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
             tmp = state_path.with_suffix(".tmp")
             torch.save({"head": acc.unwrap_model(head).state_dict(), "opt": opt.state_dict(),
                         "sched": sched.state_dict(), "step": step, "skipped": skipped,
-                        "elapsed": elapsed0 + time.time() - t_start}, tmp)
+                        "elapsed": elapsed0 + time.time() - t_start, "generator": gen.get_state(), **origin}, tmp)
             tmp.replace(state_path)
             if snapshot:
                 snapshot(acc.unwrap_model(head), step, total_steps)
