@@ -68,7 +68,7 @@ def test_run_endpoint_rejects_bad_input_and_keeps_serving(server):
 
 def test_streaming_event_through_the_server(server):
     _, client, _ = server
-    job = client.submit(PROMPT, 16, 0.0, 1.0, 0, 24, 6, 6, 10, "none", 0.0, "", api_name="/stream")
+    job = client.submit(PROMPT, 16, 0.0, 1.0, 0, 24, 6, 6, 10, "none", 0.0, None, "", api_name="/stream")
     deadline = time.time() + 60
     while not job.done() and time.time() < deadline:
         time.sleep(0.05)
@@ -97,7 +97,7 @@ def test_app_py_share_falls_back_to_local(tmp_path):
         "import sys, types, runpy\n"
         f"sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}]\n"
         "from fakes import tiny_stack\n"
-        "def build_decoders(model, head, device, dtype, trust_remote_code=False):\n"
+        "def build_decoders(model, head, device, dtype, trust_remote_code=False, choices_file=None):\n"
         "    tok, b, e = tiny_stack()\n"
         "    return b.target, tok, b, e\n"
         "import core.pipeline\n"

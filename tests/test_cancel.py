@@ -98,7 +98,7 @@ def served(tmp_path_factory):
 
 def test_client_cancel_stops_generation_and_frees_caches(served):
     client, b, e, refs = served
-    job = client.submit(PROMPT, 400, 0.0, 1.0, 0, 24, 6, 6, 10, "none", 0.0, "", api_name="/stream")
+    job = client.submit(PROMPT, 400, 0.0, 1.0, 0, 24, 6, 6, 10, "none", 0.0, None, "", api_name="/stream")
     assert wait_until(lambda: b.steps + e.steps >= 6), "generation did not start"
     job.cancel()
     assert wait_until(lambda: b.live == 0 and e.live == 0, 15), "decoders still running after cancel"

@@ -29,7 +29,7 @@ from fakes import Paced, ReplayDecoder, baseline_events, tiny_stack  # noqa: E40
 
 PROMPT = "Once upon a time"
 CAP_NEW, CAP_PROMPT = 64, 48
-GOOD = (PROMPT, 8, 0.0, 1.0, 0, 24, 6, 6, 10, "none", 0.0, "")
+GOOD = (PROMPT, 8, 0.0, 1.0, 0, 24, 6, 6, 10, "none", 0.0, None, "")
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def server(tmp_path_factory):
 
 def args(**kw):
     names = ("prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k", "lookup",
-             "compare", "stop_below", "stop")
+             "compare", "stop_below", "messages", "stop")
     return tuple(kw.get(n, v) for n, v in zip(names, GOOD))
 
 

@@ -65,7 +65,7 @@ def run_app(monkeypatch, env: dict):
     seen = {"warm": 0, "pg": None}
     tok, baseline, eagle = tiny_stack()
 
-    def build_decoders(model, head, device, dtype, trust_remote_code=False):
+    def build_decoders(model, head, device, dtype, trust_remote_code=False, choices_file=None):
         seen["load"] = (device, dtype)
         return baseline.target, tok, baseline, eagle
 
