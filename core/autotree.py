@@ -29,8 +29,8 @@ import torch
 
 from core import kv_cache, tree
 from core.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.contract import Target
 from core.eagle import Eagle2Decoder
-from core.models import TargetModel
 from core.sampling import peak
 from core.timing import now
 
@@ -92,7 +92,7 @@ def describe(t: TreeConfig) -> str:
     return f"{t.total_tokens} nodes, depth {t.depth}, top-{t.top_k}" + (f", lookup {t.lookup}" if t.lookup else "")
 
 
-def verify_profile(target: TargetModel, sizes=SIZES, prefix: int = 64, rounds: int = 5,
+def verify_profile(target: Target, sizes=SIZES, prefix: int = 64, rounds: int = 5,
                    clock: Callable[[torch.device], float] = now) -> dict[int, float]:
     """Fastest ms seen for one tree verify of N tokens after a `prefix`-token context: the forward, and the LM-head
     rows a walk that accepts one draft reads (all N rows unless the target computes rows lazily).

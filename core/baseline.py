@@ -10,8 +10,8 @@ import torch
 
 from core import kv_cache
 from core.config import DecodeConfig
+from core.contract import Target
 from core.events import StepEvent
-from core.models import TargetModel
 from core.sampling import margin_fields, new_generator, pick
 from core.timing import now
 
@@ -20,7 +20,7 @@ class BaselineDecoder:
     method = "baseline"
     note = ""  # nothing to say about plain decoding
 
-    def __init__(self, target: TargetModel):
+    def __init__(self, target: Target):
         self.target = target
 
     @torch.inference_mode()

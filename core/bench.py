@@ -41,7 +41,7 @@ import json
 import os
 import platform
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -57,6 +57,7 @@ from core.config import DecodeConfig, SamplingConfig, TreeConfig
 from core.exactness import classify, first_difference
 from core.kernels import cpu_description
 from core.timing import now
+from core.bench_plan import Plan
 from core.bench_questions import BenchError, read_questions, select_questions  # noqa: F401  (re-exported)
 from core.bench_runners import (  # noqa: F401  (re-exported: tests and scripts import them from here)
     PLD_TOKENS, Digest, Outcome, Runner, Scorer, chain_tree, core_runner, hf_generation_config, hf_runner, hf_scorer,
@@ -113,18 +114,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="rounds per prompt, each method's fastest kept (2+ steadies per-category ratios on a busy box)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
     return p.parse_args(argv)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Validated arguments (everything checkable before a model loads)."""
-
-    methods: tuple[str, ...]
-    categories: frozenset[str]
-    tree: TreeConfig | None  # None = auto
-    head_tree: TreeConfig | None  # None = the run's tree
-    decode: DecodeConfig  # sampling seed is replaced per prompt
-    head_tree_b: TreeConfig | None = None  # eagle2-head-b's head-alone tree; None = head_tree's
 
 
 def validate(a: argparse.Namespace) -> Plan:

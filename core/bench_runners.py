@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 
+from core.bench_plan import Plan
 from core.config import DecodeConfig, SamplingConfig, TreeConfig
 from core.events import RunStats, summarize
 from core.exactness import top2
 from core.models import TargetModel
 from core.timing import now
-
-if TYPE_CHECKING:
-    from core.bench import Plan
 
 PLD_TOKENS = 10  # prompt_lookup_num_tokens, as in Spec-Bench's PLD runs
 

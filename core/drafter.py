@@ -1,10 +1,8 @@
-"""The drafter contract, and the EAGLE drafters that implement it (EAGLE-1/2 heads and EAGLE-3 heads).
+"""The EAGLE drafters (EAGLE-1/2 heads and EAGLE-3 heads), implementations of the drafter contract.
 
-Every drafter the EAGLE-2 loop (core/eagle.py) runs implements `Drafter`: start a per-call state, `commit` the real
-target features of what was accepted, and `propose` a candidate pool for this step. The loop reranks the pool
-(core/tree.py), grafts the context-lookup chain, verifies and accepts the same way for every drafter, so a new
-drafter is one file with a head, its drafter and its loader, plus one line in core/heads.py's registry (the Medusa
-head in core/medusa.py is the example).
+The contract (`Drafter`, `DraftPool`) lives beside the loop in core/contract.py; a new drafter is one file with a
+head, its drafter and its loader, plus one line in core/heads.py's registry (the Medusa head in core/medusa.py is
+the example).
 
 EAGLE drafting: the draft cache (`DraftState`) belongs to one decode call and keeps only entries computed from REAL
 target features (prompt and accepted tokens); tree-expansion entries are written after them, in place, and the
@@ -14,88 +12,21 @@ the target LM head on it scores t_{i+2}.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass
 
 import torch
 
 from core import kernels
 from core.config import TreeConfig
+from core.contract import DraftPool, Drafter, grow_beam, unsure  # noqa: F401  (Drafter, grow_beam: re-exported)
 from core.draft_head import DraftKV, EagleHead, fuse_projections
 from core.eagle3_head import Eagle3Head
 from core.models import TargetModel
+from core.lookup_drafter import LookupDrafter  # noqa: F401  (re-exported)
 from core.tree import top_frontier
 
 
 DRAFT_ROWS = (1, 8)  # row counts the head's layer route is timed at: one accepted token, a draft level's frontier
-
-
-@dataclass
-class DraftPool:
-    """All candidate nodes of one step (root at 0), before the rerank."""
-
-    parents: list[int] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
-    scores: list[float] = field(default_factory=list)
-    forwards: int = 0  # draft passes spent growing this pool
-
-    @classmethod
-    def rooted(cls, root_token: int) -> "DraftPool":
-        return cls(parents=[-1], tokens=[root_token], scores=[0.0])
-
-    def add(self, parent: int, scores: list[float], tokens: list[int]) -> list[int]:
-        """Append children of `parent`; returns their node ids."""
-        start = len(self.tokens)
-        self.parents += [parent] * len(tokens)
-        self.tokens += tokens
-        self.scores += scores
-        return list(range(start, len(self.tokens)))
-
-
-@runtime_checkable
-class Drafter(Protocol):
-    """What the EAGLE-2 loop asks of a drafter (core/eagle.py reads it top to bottom, the same for every drafter)."""
-
-    kind: str  # "eagle" | "eagle3" | "medusa" | "lookup": shown in the UI and the bench
-    trained: bool  # False: still lossless, but the drafts are guesses (the UI says so)
-    output_layers: tuple[int, ...]  # target layers whose outputs the drafter reads (EAGLE-3 taps); () = last hidden
-
-    def start(self) -> Any:
-        """A fresh state for one decode call (caches live here, never on the drafter)."""
-
-    def commit(self, state: Any, features: torch.Tensor, next_ids: torch.Tensor) -> int:
-        """Read the real features of committed tokens: features (1, n, F) at tokens t_i.., next_ids (1, n) =
-        t_{i+1}.. (the last one is the root of the next step). Returns the draft passes it ran."""
-
-    def propose(self, state: Any, root_token: int, tree: TreeConfig) -> DraftPool | None:
-        """The candidate pool under `root_token` for this step (None: no head drafts; lookup may still graft)."""
-
-
-def unsure(pool: DraftPool, frontier: list[int], tree: TreeConfig) -> bool:
-    """Dynamic depth (TreeConfig.stop_below): whether the best node of the level just drafted (`frontier`, best
-    first) is too unlikely for anything below it to be drafted."""
-    return bool(tree.stop_below) and math.exp(pool.scores[frontier[0]]) < tree.stop_below
-
-
-def grow_beam(pool: DraftPool, level_topk, tree: TreeConfig) -> DraftPool:
-    """EAGLE-2's expansion when a level's guesses do not depend on the path (Medusa): level d's top-k
-    (log-probs, tokens) from `level_topk(d)` hang under each of the top_k best nodes of level d - 1, and with
-    dynamic depth no level hangs under one whose best node is `unsure` (its rows cost no pass here, but the verify
-    budget then goes to the likelier levels, as for the EAGLE heads)."""
-    frontier = [0]
-    for d in range(tree.depth):
-        if d and unsure(pool, frontier, tree):
-            break
-        got = level_topk(d)
-        if got is None:
-            break
-        vals, toks = got
-        cand: list[int] = []
-        for n in frontier:
-            cand += pool.add(n, [v + pool.scores[n] for v in vals], toks)
-        frontier = top_frontier(cand, pool.scores, tree.top_k)
-    return pool
 
 
 @dataclass
@@ -264,24 +195,6 @@ class Eagle3Drafter(EagleDrafter):
             raise ValueError(f"EAGLE-3 head expects target hidden size {th} (draft {c.hidden_size}); "
                              f"the target's is {target.hidden_size}")
         check_compatible(head, target)
-
-
-class LookupDrafter:
-    """No head: the step's only guesses are the context-lookup chain the loop grafts (core/lookup.py), i.e. prompt
-    lookup decoding inside our engine. Token-level and free: nothing to commit, nothing to grow."""
-
-    kind = "lookup"
-    trained = True  # nothing to train: its guesses are copies of the context, not an untrained network's
-    output_layers: tuple[int, ...] = ()
-
-    def start(self) -> None:
-        return None
-
-    def commit(self, state: None, features: torch.Tensor, next_ids: torch.Tensor) -> int:
-        return 0
-
-    def propose(self, state: None, root_token: int, tree: TreeConfig) -> None:
-        return None
 
 
 def check_compatible(head, target: TargetModel) -> None:

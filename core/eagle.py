@@ -14,10 +14,9 @@ import torch
 
 from core import kv_cache, tree
 from core.config import DecodeConfig, check_finite
-from core.drafter import Drafter
+from core.contract import Drafter, Target
 from core.lookup import context_draft, copied
 from core.events import StepEvent, TreeNode
-from core.models import TargetModel
 from core.sampling import Peak, finite, margin_fields, new_generator, peak, pick, target_probs
 from core.timing import now
 from core.tree_logits import TreeLogits
@@ -28,7 +27,7 @@ class Eagle2Decoder:
     """The loop for any `Drafter` (core/drafter.py): EAGLE-1/2, EAGLE-3, Medusa or context lookup alone.
     `method` names the lane in events and the bench ("eagle2" for the EAGLE heads, else the drafter's kind)."""
 
-    def __init__(self, target: TargetModel, drafter: Drafter, method: str | None = None):
+    def __init__(self, target: Target, drafter: Drafter, method: str | None = None):
         self.target, self.drafter = target, drafter
         self.method = method or ("eagle2" if drafter.kind in ("eagle", "eagle3") else drafter.kind)
         self.note = "" if drafter.trained else "untrained head: lossless but drafts are guesses"
