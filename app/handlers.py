@@ -34,10 +34,10 @@ from app.render import (
 )
 from app.startup import auto_or_parse, warm_up  # noqa: F401
 from app.state import RunRecord
-from core.autotree import TreePlan
-from core.config import DecodeConfig, DecodeError
-from core.events import StepEvent, summarize
-from core.exactness import Divergence, divergence_of, short_name
+from core.engine.autotree import TreePlan
+from core.engine.config import DecodeConfig, DecodeError
+from core.engine.events import StepEvent, summarize
+from core.engine.exactness import Divergence, divergence_of, short_name
 from core.pipeline import encode_prompt
 from core.pipeline import prompt_mode as resolve_prompt_mode
 
@@ -80,7 +80,7 @@ class Playground:
                                           prompt_tokens=max_prompt_tokens or lim.prompt_tokens)
         self.cap, self.prompt_cap = self.limits.max_new_tokens, self.limits.prompt_tokens
         self.queue = None  # the app's gradio Queue, set by build_demo: lets a request notice its client has gone
-        target = baseline.target  # core.events.Decoder: None for a fake without a model
+        target = baseline.target  # core.engine.events.Decoder: None for a fake without a model
         self.model = str(target.name or type(target).__name__) if target is not None else "unknown"
         self.dtype = target.dtype if target is not None else "float32"  # a divergence's near-tie tolerance
         self._labels: dict[int, str] = {}  # token id -> tree label; a pure tokenizer cache, not user data
@@ -390,7 +390,7 @@ class Playground:
         statistics and the speedup (EAGLE-2 tokens/s over baseline tokens/s). Tree settings left out take the tree
         the UI would show for this temperature (planned per regime by `--tree auto`); `tree` in the result says
         which tree ran, and every drafting lane uses it. At T = 0, `divergence` says where outputs that differ part
-        ways (index, both top-2 margins, near_tie, tolerance, label, dtype; core/exactness.py), else None. `note`
+        ways (index, both top-2 margins, near_tie, tolerance, label, dtype; core/engine/exactness.py), else None. `note`
         says why a run stopped early (the time budget per request), else it is empty. A third lane adds
         `compare_method`, `compare_text`, `compare_token_ids`, `compare_identical`, `compare` (statistics),
         `compare_speedup` (over baseline) and `eagle_vs_compare` (EAGLE-2 tokens/s over the token-level lane's)."""
@@ -412,7 +412,7 @@ class Playground:
             "baseline_text": self.tok.decode(record.ids("baseline"), skip_special_tokens=True),
             "eagle_text": self.tok.decode(record.ids("eagle"), skip_special_tokens=True),
             "identical": record.ids("baseline") == record.ids("eagle"),
-            # first differing token, both runs' top-2 margins there, near_tie (core/exactness.py); None if none
+            # first differing token, both runs' top-2 margins there, near_tie (core/engine/exactness.py); None if none
             "divergence": div.as_dict() | {"dtype": short_name(self.dtype)} if div else None,
             "greedy": record.greedy,
             "baseline_token_ids": record.ids("baseline"),

@@ -10,7 +10,7 @@ from types import MappingProxyType
 
 import gradio as gr
 
-from core.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
 
 MAX_NEW_TOKENS = 1024  # UI / API cap (core accepts more; this keeps a public demo responsive)
 MAX_PROMPT_TOKENS = 4096

@@ -11,12 +11,12 @@ from typing import Callable, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.events import RunStats, StepEvent, TreeNode
+from core.engine.events import RunStats, StepEvent, TreeNode
 
 ACCEPT = "#e4572e"  # accepted path
 EDGE = "#b8bec8"
 BONUS = "#2b2d42"
-LOOKUP = "#f4a259"  # nodes copied from the context (core/lookup.py)
+LOOKUP = "#f4a259"  # nodes copied from the context (core/engine/lookup.py)
 PROB_SCALE = "Viridis"
 
 

@@ -10,7 +10,7 @@ import json
 import logging
 from typing import Iterator
 
-from core.events import StepEvent, summarize
+from core.engine.events import StepEvent, summarize
 
 log = logging.getLogger("eagle_playground.requests")
 

@@ -5,21 +5,21 @@ No layout and no per-request work here; app.py calls these once before serving.
 import logging
 from pathlib import Path
 
-from core.autotree import TreePlan
-from core.config import DecodeConfig, TreeConfig
-from core.exactness import short_name
+from core.engine.autotree import TreePlan
+from core.engine.config import DecodeConfig, TreeConfig
+from core.engine.exactness import short_name
 
 from app.inputs import DEFAULT_TREE
 
 
 def auto_or_parse(spec: str | None, eagle, tokenizer) -> TreePlan:
     """--tree: None keeps the engine default; 'T,D,K[,L[,S]]' is used for every request; 'auto' measures this machine
-    once and plans one tree for greedy requests and one for sampled ones (core/autotree.py)."""
+    once and plans one tree for greedy requests and one for sampled ones (core/engine/autotree.py)."""
     if not spec:
         return TreePlan.fixed(DEFAULT_TREE, "engine default")
     if spec != "auto":
         return TreePlan.fixed(TreeConfig.parse(spec), "given")
-    from core.autotree import describe, plan_regimes
+    from core.engine.autotree import describe, plan_regimes
 
     plan, reports = plan_regimes(eagle, tokenizer("The history of the printing press").input_ids, max_new_tokens=48)
     logging.getLogger("eagle_playground").info(
@@ -32,9 +32,9 @@ def compare_decoders(target, medusa_head: str | Path | None = None) -> dict:
     """The token-level lanes the UI offers beside EAGLE-2: prompt lookup always (no weights), and a Medusa head when
     a folder is given or the preset registry names one for the loaded target (static/heads/gemma-3-270m-medusa for
     the default model; looked up by the target's own name, so another model never gets Gemma's head)."""
-    from core.drafter import LookupDrafter
-    from core.eagle import Eagle2Decoder
-    from core.heads import make_drafter
+    from core.drafters.lookup import LookupDrafter
+    from core.engine.eagle import Eagle2Decoder
+    from core.drafters.heads import make_drafter
     from core.pipeline import default_medusa_head, read_head
 
     lanes = {"lookup": Eagle2Decoder(target, LookupDrafter())}  # method "lookup"
@@ -64,7 +64,7 @@ def dtype_note(target, short: bool = False) -> str:
 def info_line(target, eagle, head_arg: str | None = None) -> str:
     """The markdown line above the race: target, device, dtype and the draft head the EAGLE-2 lane drafts with
     (kind, depth, size; its folder when given with --head)."""
-    from core.heads import describe_head
+    from core.drafters.heads import describe_head
 
     line = f"Target **{target.name}** · {target.device.type} · {dtype_note(target, short=True)}"
     head = getattr(eagle.drafter, "head", None)

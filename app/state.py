@@ -11,7 +11,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 
-from core.events import StepEvent, TreeNode
+from core.engine.events import StepEvent, TreeNode
 
 SOURCES = ("root", "head", "lookup")
 

@@ -13,8 +13,8 @@ import gradio as gr
 from app.handlers import COMPARE, LANE_TITLES, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, OUTPUTS, Limits, Playground
 from app.plots import stats_figure, tree_figure
 from app.state import drop_record
-from core.autotree import TreePlan
-from core.config import TreeConfig
+from core.engine.autotree import TreePlan
+from core.engine.config import TreeConfig
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 SANS = ("system-ui", "-apple-system", "Segoe UI", "Roboto", "Helvetica Neue", "Arial", "sans-serif")  # offline

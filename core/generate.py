@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from core.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
 
 UNTRAINED = "untrained (freshly initialised)"
 
@@ -71,7 +71,7 @@ def generate(args: argparse.Namespace) -> dict:
     cfg = decode_config(args)
     _quiet_libraries()
     from core import pipeline
-    from core.events import summarize
+    from core.engine.events import summarize
 
     target, tokenizer, baseline, eagle = pipeline.build_decoders(
         args.model, args.head, args.device, args.dtype, trust_remote_code=getattr(args, "trust_remote_code", False))

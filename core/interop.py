@@ -34,8 +34,8 @@ VLLM_EAGLE3_EXTRA = frozenset({"d2t", "t2d", "norm.weight", "lm_head.weight", "f
 
 def vllm_problems(head_dir: str | Path) -> list[str]:
     """What stops vLLM 0.32's EAGLE drafters from loading this head folder unedited (empty list: nothing)."""
-    from core.draft_head import layer_count, vllm_blockers
-    from core.heads import kind_of_folder, weight_names
+    from core.drafters.draft_head import layer_count, vllm_blockers
+    from core.drafters.heads import kind_of_folder, weight_names
 
     p = Path(head_dir)
     kind = kind_of_folder(p).name  # ValueError without config.json
@@ -68,14 +68,14 @@ def vllm_problems(head_dir: str | Path) -> list[str]:
 
 
 def export(head_dir: str | Path, out_dir: str | Path, engine: str) -> None:
-    """Rewrite an EAGLE-1/2 head folder for `engine` (core.draft_head.save_head), keeping its dtype and card."""
+    """Rewrite an EAGLE-1/2 head folder for `engine` (core.drafters.draft_head.save_head), keeping its dtype and card."""
     import shutil
 
     import torch
     from safetensors import safe_open
 
-    from core.draft_head import load_head, save_head
-    from core.heads import kind_of_folder
+    from core.drafters.draft_head import load_head, save_head
+    from core.drafters.heads import kind_of_folder
 
     src, out = Path(head_dir), Path(out_dir)
     if kind_of_folder(src).name != "eagle":
@@ -94,11 +94,11 @@ def export(head_dir: str | Path, out_dir: str | Path, engine: str) -> None:
 def run_ours(model: str, head: str, questions: str, n: int, k: int, max_new: int) -> dict:
     """Greedy fp32 decoding of the first turns with a chain of k drafts per step (tree k+1,k,1, no lookup), EOS
     ignored so both engines write max_new tokens. Returns the job for scripts/vllm_side.py plus our results."""
-    from core.bench_questions import read_questions
-    from core.config import DecodeConfig, SamplingConfig, TreeConfig
-    from core.eagle import Eagle2Decoder
-    from core.heads import kind_of_folder, load_any_head, make_drafter
-    from core.models import load_target, resolve_model
+    from core.bench.questions import read_questions
+    from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
+    from core.engine.eagle import Eagle2Decoder
+    from core.drafters.heads import kind_of_folder, load_any_head, make_drafter
+    from core.models.target import load_target, resolve_model
     from core.pipeline import encode_prompt
 
     target, tok = load_target(model, dtype="fp32")

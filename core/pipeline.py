@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.baseline import BaselineDecoder
-from core.draft_head import HeadConfig, init_head
-from core.eagle import Eagle2Decoder
-from core.heads import load_any_head, make_drafter
-from core.models import DEFAULT_MODEL, TargetModel, load_target
-from core.presets import get_preset
+from core.engine.baseline import BaselineDecoder
+from core.drafters.draft_head import HeadConfig, init_head
+from core.engine.eagle import Eagle2Decoder
+from core.drafters.heads import load_any_head, make_drafter
+from core.models.target import DEFAULT_MODEL, TargetModel, load_target
+from core.models.presets import get_preset
 
 
 def default_head(model: str | None) -> Path | None:

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", default="1,2,16,26", help="comma list of row counts (tree sizes)")
     p.add_argument("--repeats", type=int, default=20)
     a = p.parse_args(argv)
-    from core.models import load_target
+    from core.models.target import load_target
 
     target, _ = load_target(a.model, dtype=a.dtype)
     w = target.lm_head_weight  # (V, H)

@@ -1,14 +1,14 @@
 """Interleaved A/B of one engine switch on the same loaded model: speed and tokens, nothing else changed.
 
-The switches are choices start-up timing makes on its own (core/kernels.py), forced each way here so their effect
+The switches are choices start-up timing makes on its own (core/models/kernels.py), forced each way here so their effect
 can be measured on this machine:
 
-- `lazy-rows`: a tree verify computes LM-head rows as acceptance reads them, or all N at once (core/tree_logits.py);
+- `lazy-rows`: a tree verify computes LM-head rows as acceptance reads them, or all N at once (core/engine/tree_logits.py);
 - `target-kernel`: the target's LM-head product (linear, vocab_major, onednn);
 - `draft-kernel`: the draft head's product over its draft vocabulary;
 - `body-route`: the row counts whose forwards (target and draft head) run their linear layers through oneDNN:
   `timed` (what start-up timing chose), `off` (none), `all` (every count);
-- `packing`: oneDNN-packed weights (core/kernels.py PackedWeights) `on` as start-up chose them, or `off`: no packed
+- `packing`: oneDNN-packed weights (core/models/kernels.py PackedWeights) `on` as start-up chose them, or `off`: no packed
   copies, and every kernel and route choice timed again without them (the engine as it was before packing).
 
 Each round runs every value over every prompt, the order of values reversed on odd rounds; it prints mean tokens/s,
@@ -47,7 +47,7 @@ DRAFTER_CHOICES = ("packed", "rows_packed", "head_kernel", "onednn_rows")
 def unpacked_choices(target, drafter) -> dict[str, dict[str, object]]:
     """The target's and drafter's start-up choices as they come out with no packed weights at all: every timing
     run again on plain weights (the draft head's layers follow the target's body route, as before packing)."""
-    from core import kernels
+    from core.models import kernels
 
     none = kernels.PackedWeights()
     head = target.model.get_output_embeddings()
@@ -69,7 +69,7 @@ def apply(switch: str, value: str, target, drafter, timed_rows: frozenset[int] =
           packing: dict[str, dict[str, dict[str, object]]] | None = None) -> None:
     """Force one switch to one value on the loaded target / drafter (`timed_rows`: start-up's body route;
     `packing`: {"on"|"off": {"target"|"drafter": choices}} for the packing switch)."""
-    from core import kernels
+    from core.models import kernels
 
     if switch == "packing":
         for obj, name in ((target, "target"), (drafter, "drafter")):
@@ -99,12 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="fp32")
     a = ap.parse_args(argv)
 
-    from core import kernels
-    from core.baseline import BaselineDecoder
-    from core.config import DecodeConfig, TreeConfig
-    from core.eagle import Eagle2Decoder
-    from core.heads import load_any_head, make_drafter
-    from core.models import load_target
+    from core.models import kernels
+    from core.engine.baseline import BaselineDecoder
+    from core.engine.config import DecodeConfig, TreeConfig
+    from core.engine.eagle import Eagle2Decoder
+    from core.drafters.heads import load_any_head, make_drafter
+    from core.models.target import load_target
     from core.pipeline import default_head
 
     values = a.values.split(",")

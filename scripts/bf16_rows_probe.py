@@ -33,13 +33,14 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core import kv_cache, pipeline  # noqa: E402
-from core.baseline import BaselineDecoder  # noqa: E402
-from core.bench import read_questions, select_questions  # noqa: E402
-from core.config import DecodeConfig, SamplingConfig, TreeConfig  # noqa: E402
-from core.drafter import EagleDrafter  # noqa: E402
-from core.eagle import Eagle2Decoder  # noqa: E402
-from core.models import TargetModel, load_target  # noqa: E402
+from core.engine import kv_cache
+from core import pipeline  # noqa: E402
+from core.engine.baseline import BaselineDecoder  # noqa: E402
+from core.bench.cli import read_questions, select_questions  # noqa: E402
+from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig  # noqa: E402
+from core.drafters.eagle import EagleDrafter  # noqa: E402
+from core.engine.eagle import Eagle2Decoder  # noqa: E402
+from core.models.target import TargetModel, load_target  # noqa: E402
 
 PROMPT = "The following is a short guide to making sourdough bread at home. Step 1:"
 

@@ -45,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     import torch
 
-    from core.heads import kind_of, load_any_head
-    from core.models import load_target
+    from core.drafters.heads import kind_of, load_any_head
+    from core.models.target import load_target
     from core.train.data import load_shards
     from core.train.fit import FitConfig, batches, collate, losses
 

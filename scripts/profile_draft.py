@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from core.config import DecodeConfig, SamplingConfig, TreeConfig
+    from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
     from core.pipeline import build_decoders, encode_prompt
 
     try:

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from conftest import PROMPT, run, tiny_head, tiny_model, tiny_target
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, SamplingConfig, TreeConfig
-from core.drafter import EagleDrafter
-from core.eagle import Eagle2Decoder
-from core.models import TargetModel
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.drafters.eagle import EagleDrafter
+from core.engine.eagle import Eagle2Decoder
+from core.models.target import TargetModel
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -100,7 +100,7 @@ def test_app_handler_on_cuda():
 def test_offloaded_growing_cache_moves_its_buffers():
     """transformers' layer offloading moves `keys` / `values` to the CPU and back; a growing layer moves its buffers
     with them, so the views stay on the buffers and the next append lands where attention reads it."""
-    from core import kv_cache
+    from core.engine import kv_cache
 
     tgt = TargetModel(copy.deepcopy(tiny_model("llama")).to("cuda"), name="tiny-llama")
     cache = tgt.new_cache()
@@ -122,7 +122,7 @@ def test_head_training_runs_on_cuda_and_the_head_decodes_losslessly_on_cpu(tmp_p
     import json
 
     from test_train import args, training_files
-    from core.draft_head import load_head
+    from core.drafters.draft_head import load_head
     from core.train.__main__ import main
 
     s = training_files(tmp_path / "files")

@@ -24,7 +24,7 @@ from gradio_client import Client  # noqa: E402
 from app.handlers import Limits, Playground  # noqa: E402
 from app.state import RunRecord, drop_record  # noqa: E402
 from app.ui import STATIC, build_demo, launch_options  # noqa: E402
-from core.config import DecodeConfig, DecodeError  # noqa: E402
+from core.engine.config import DecodeConfig, DecodeError  # noqa: E402
 from fakes import Paced, ReplayDecoder, baseline_events, tiny_stack  # noqa: E402
 
 PROMPT = "Once upon a time"
@@ -182,7 +182,7 @@ def tiny_folders(tmp_path_factory):
     """A head for a target of another width (mismatch) and a question file for core.bench."""
     from conftest import tiny_target
 
-    from core.draft_head import HeadConfig, init_head, save_head
+    from core.drafters.draft_head import HeadConfig, init_head, save_head
 
     root = tmp_path_factory.mktemp("hard")
     save_head(init_head(HeadConfig.for_target(128, 128)), root / "wide_head")
@@ -196,7 +196,7 @@ def tiny_loader(monkeypatch, tiny_folders):
     from test_generate_cli import word_tokenizer
 
     from core import pipeline
-    from core.models import resolve_model
+    from core.models.target import resolve_model
 
     _, tiny_target = tiny_folders
 
@@ -257,7 +257,7 @@ def cli_main(which: str):
     if which == "generate":
         from core.generate import main
     elif which == "bench":
-        from core.bench import main
+        from core.bench.cli import main
     else:
         from core.train.__main__ import main
     return main
@@ -298,7 +298,7 @@ def nan_stack():
 
 
 def test_nan_head_raises_decode_error_and_frees_caches(monkeypatch):
-    from core import kv_cache
+    from core.engine import kv_cache
 
     freed = []
     real_free = kv_cache.free

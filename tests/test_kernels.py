@@ -1,4 +1,4 @@
-"""Start-up timing choices (core/kernels.py): the faster candidate wins, fp32 wins a tie, and load_target loads
+"""Start-up timing choices (core/models/kernels.py): the faster candidate wins, fp32 wins a tie, and load_target loads
 the model in the dtype the timing chose (and records why), while an explicit dtype is never overridden."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import tiny_model
-from core import kernels, models
+from core.models import kernels, target as models
 
 
 def test_fastest_ranks_a_slow_candidate_last():
@@ -111,7 +111,7 @@ def test_drafters_time_their_own_head_and_draft_the_same_with_any_kernel(monkeyp
     """A reduced draft vocabulary is its own (Vd, H) product, so each drafter times it as the target times its
     head; the full vocabulary reuses the target's choice. The kernel changes speed, never the drafted tokens."""
     from conftest import tiny_drafter, tiny_target
-    from core.config import TreeConfig
+    from core.engine.config import TreeConfig
 
     tgt = tiny_target("llama")
     ids = torch.arange(0, tgt.vocab_size, 2)
@@ -193,9 +193,9 @@ def test_the_body_route_keeps_eagle_equal_to_the_baseline(kind, won):
     """fp32: EAGLE-2 equals the baseline with every forward (prefill, step, tree verify) routed through oneDNN and
     with none routed: the route changes summation order only, and both decoders share it."""
     from conftest import PROMPT, run, tiny_drafter, tiny_target
-    from core.baseline import BaselineDecoder
-    from core.config import DecodeConfig, TreeConfig
-    from core.eagle import Eagle2Decoder
+    from core.engine.baseline import BaselineDecoder
+    from core.engine.config import DecodeConfig, TreeConfig
+    from core.engine.eagle import Eagle2Decoder
 
     cfg = DecodeConfig(max_new_tokens=40, tree=TreeConfig(total_tokens=12, depth=4, top_k=4, lookup=4))
     tgt = tiny_target(kind)
@@ -281,9 +281,9 @@ def test_packed_weights_keep_eagle_equal_to_the_baseline(monkeypatch, kind, draf
     """fp32: with every product on packed weights (the target's body and LM head, the drafter's layers and rows)
     EAGLE-2 still equals the baseline token for token, and the drafter holds packed copies of its own."""
     from conftest import PROMPT, run, tiny_drafter, tiny_target
-    from core.baseline import BaselineDecoder
-    from core.config import DecodeConfig, TreeConfig
-    from core.eagle import Eagle2Decoder
+    from core.engine.baseline import BaselineDecoder
+    from core.engine.config import DecodeConfig, TreeConfig
+    from core.engine.eagle import Eagle2Decoder
 
     monkeypatch.setattr(kernels, "time_head_kernels", lambda w, rounds=5, packed=None: {
         k: {1: 1.0, 8: 1.5} if k == "onednn" else {1: 5.0, 8: 9.0} for k in kernels.head_candidates(w)})

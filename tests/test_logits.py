@@ -1,7 +1,7 @@
 """The target's LM-head product and the one-reduction greedy pick: fast paths that must not change a token.
 
 TargetModel.logits runs CPU heads with the product start-up timing picked (linear(), W @ h^T with torch.mv for one
-row, or oneDNN's linear primitive; core/kernels.py), and the decoders take greedy ids and
+row, or oneDNN's linear primitive; core/models/kernels.py), and the decoders take greedy ids and
 the finiteness check and the top-2 margin from `peak` (block maxima). These tests pin what makes that safe: the values
 are the head module's, argmax's first-index tie rule and topk's margin hold, NaN and +inf still stop a request, and
 bf16 greedy EAGLE-2 keeps the baseline's tokens on every family.
@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from conftest import KINDS, OracleDrafter, PROMPT, run, tiny_head, tiny_model
-from core import kernels
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, TreeConfig
-from core.eagle import Eagle2Decoder
-from core.models import TargetModel
-from core.sampling import PEAK_BLOCK, peak
+from core.models import kernels
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, TreeConfig
+from core.engine.eagle import Eagle2Decoder
+from core.models.target import TargetModel
+from core.engine.sampling import PEAK_BLOCK, peak
 
 
 def bf16_target(kind: str) -> TargetModel:

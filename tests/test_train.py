@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from conftest import PROMPT, load_script, run, tiny_model
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, TreeConfig
-from core.draft_head import HeadConfig, init_head, load_head
-from core.drafter import EagleDrafter
-from core.eagle import Eagle2Decoder
-from core.models import TargetModel
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, TreeConfig
+from core.drafters.draft_head import HeadConfig, init_head, load_head
+from core.drafters.eagle import EagleDrafter
+from core.engine.eagle import Eagle2Decoder
+from core.models.target import TargetModel
 from core.train.__main__ import main
 from core.train.data import read_pool, stored_prompts
 from test_generate_cli import word_tokenizer
@@ -192,8 +192,8 @@ def test_extra_shards_must_exist(setup, tmp_path, capsys):
 def test_medusa_trains_from_the_same_shards_and_decodes_losslessly(setup, tmp_path):
     """`--head-type medusa` reads another run's shards (the EAGLE head's data), exports the Medusa layout with a
     training card, and the exported head decodes losslessly through the same loop as the EAGLE heads."""
-    from core.heads import load_any_head, make_drafter
-    from core.medusa import MedusaHead
+    from core.drafters.heads import load_any_head, make_drafter
+    from core.drafters.medusa import MedusaHead
 
     first = tmp_path / "eagle"
     assert main(args(setup, first, 1)) == 0
@@ -215,8 +215,8 @@ def test_medusa_trains_from_the_same_shards_and_decodes_losslessly(setup, tmp_pa
 
 def test_training_autocasts_to_bf16_only_where_bf16_measured_faster(setup, tmp_path, monkeypatch):
     """On a CPU without bf16 units bf16 autocast made head training more than 20x slower; fit() times it first
-    (core.kernels.bf16_matmul_is_faster) and the card says which precision trained the head."""
-    from core import kernels
+    (core.models.kernels.bf16_matmul_is_faster) and the card says which precision trained the head."""
+    from core.models import kernels
 
     for faster, expected in ((True, "bf16"), (False, "no")):
         monkeypatch.setattr(kernels, "bf16_matmul_is_faster", lambda *a, f=faster, **k: f)
@@ -263,7 +263,7 @@ def test_extend_vocab_needs_an_init_eagle_head(setup, tmp_path, capsys):
 
 
 def test_widen_mlp_computes_the_same_function_and_its_new_units_learn():
-    from core.draft_head import widen_mlp
+    from core.drafters.draft_head import widen_mlp
     c = HeadConfig(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=4,
                    vocab_size=128, draft_vocab_size=96)
     head = init_head(c, torch.arange(0, 128, 4).repeat(3)[:96].unique(), seed=1)
@@ -365,8 +365,8 @@ def test_the_agreement_script_guesses_what_the_drafter_guesses_one_pair_at_a_tim
     """scripts/head_agreement.py scores every position of a continuation in one head pass; the engine's drafter, fed
     the same real pairs one at a time (its KV cache, its draft-vocabulary top-1), must make the same guess at every
     position, and the script's counts must be those guesses'. A file without prompts is one line and exit 2."""
-    from core.draft_head import save_head
-    from core.models import load_target
+    from core.drafters.draft_head import save_head
+    from core.models.target import load_target
     from core.pipeline import encode_prompt
 
     agree = load_script("head_agreement")
@@ -453,7 +453,7 @@ def test_the_fit_gap_script_scores_a_trained_head_above_an_untrained_one_on_its_
     """scripts/head_fit_gap.py (the capacity check in docs/results-history.md): one JSON line per (head, shards) pair
     with top-1 agreement and soft cross-entropy per unrolled step; a head trained on the shards agrees with the
     target more than the same head untrained. A folder without shards is one line and exit status 2."""
-    from core.draft_head import save_head
+    from core.drafters.draft_head import save_head
 
     out = tmp_path / "run"
     assert main(args(setup, out, 3)) == 0

@@ -1,4 +1,4 @@
-"""Verify rows on demand (core/tree_logits.py): a walk reads the same logits as an all-rows product, in at most two
+"""Verify rows on demand (core/engine/tree_logits.py): a walk reads the same logits as an all-rows product, in at most two
 products and never more than N rows; the decoders' output does not depend on it; start-up timing turns it on only
 where one LM-head row costs much less than a batch."""
 from __future__ import annotations
@@ -9,13 +9,14 @@ import pytest
 import torch
 
 from conftest import KINDS, OracleDrafter, PROMPT, load_script, run, tiny_head, tiny_model
-from core import kernels, tree
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, SamplingConfig, TreeConfig
-from core.eagle import Eagle2Decoder
-from core.models import TargetModel
-from core.tree_logits import TreeLogits, subtree
-from core.verify import accept_greedy
+from core.models import kernels
+from core.engine import tree
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.engine.eagle import Eagle2Decoder
+from core.models.target import TargetModel
+from core.engine.tree_logits import TreeLogits, subtree
+from core.engine.verify import accept_greedy
 
 PARENTS = [-1, 0, 0, 1, 1, 2, 3, 3, 6]  # root; 1, 2; 3, 4 under 1; 5 under 2; 6, 7 under 3; 8 under 6
 
@@ -116,7 +117,7 @@ def test_sampled_eagle2_gives_the_same_tokens_with_rows_on_demand(kind):
 def test_the_ab_script_forces_one_switch_each_way_on_the_same_model(tmp_path, capsys):
     """scripts/ab_switch.py (the A/B command in docs/results-history.md) on a tiny saved model: every value runs
     every lane, the tokens agree, and a value the switch does not take is one line and exit status 2."""
-    from core.draft_head import HeadConfig, init_head, save_head
+    from core.drafters.draft_head import HeadConfig, init_head, save_head
     from test_generate_cli import word_tokenizer
 
     tiny_model("llama").save_pretrained(tmp_path / "m")
@@ -149,7 +150,7 @@ def test_the_draft_profile_script_reports_a_step_split(tmp_path, capsys):
     prints adds up to the step, and a file with too few rows is one line and exit status 2."""
     import json
 
-    from core.draft_head import HeadConfig, init_head, save_head
+    from core.drafters.draft_head import HeadConfig, init_head, save_head
     from test_generate_cli import word_tokenizer
 
     tiny_model("llama").save_pretrained(tmp_path / "m")

@@ -129,14 +129,14 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"core.train: error: {problem}", file=sys.stderr)
         return 2
-    from core.config import TreeConfig
-    from core.draft_head import EagleHead, HeadConfig, add_layers, init_head, save_head, widen_mlp
-    from core.heads import make_drafter
-    from core.eagle3_head import Eagle3Config, Eagle3Head, init_eagle3_head, save_eagle3_head
-    from core.heads import kind_of, load_any_head
-    from core.medusa import MedusaConfig, init_medusa_head, save_medusa_head
-    from core.kernels import cpu_description
-    from core.models import DEFAULT_MODEL, load_target
+    from core.engine.config import TreeConfig
+    from core.drafters.draft_head import EagleHead, HeadConfig, add_layers, init_head, save_head, widen_mlp
+    from core.drafters.heads import make_drafter
+    from core.drafters.eagle3_head import Eagle3Config, Eagle3Head, init_eagle3_head, save_eagle3_head
+    from core.drafters.heads import kind_of, load_any_head
+    from core.drafters.medusa import MedusaConfig, init_medusa_head, save_medusa_head
+    from core.models.kernels import cpu_description
+    from core.models.target import DEFAULT_MODEL, load_target
     from core.train.data import (build_shards, draft_vocab, extend_vocab, load_shards, read_pool,
                                  shard_counts, stored_prompts, token_counts, vocab_coverage)
     from core.train.evaluate import measure, sample_questions

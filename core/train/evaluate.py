@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, SamplingConfig, TreeConfig
-from core.drafter import Drafter
-from core.eagle import Eagle2Decoder
-from core.events import summarize
-from core.models import TargetModel
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.engine.contract import Drafter
+from core.engine.eagle import Eagle2Decoder
+from core.engine.events import summarize
+from core.models.target import TargetModel
 from core.pipeline import encode_prompt
 
 SPEC_BENCH_GROUPS = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}

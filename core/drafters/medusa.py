@@ -24,11 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core import kernels
-from core.config import TreeConfig
-from core.draft_head import finish_loaded
-from core.drafter import DraftPool, check_compatible, grow_beam
-from core.models import TargetModel
+from core.models import kernels
+from core.engine.config import TreeConfig
+from core.drafters.draft_head import finish_loaded
+from core.engine.contract import DraftPool, grow_beam
+from core.drafters.eagle import check_compatible
+from core.models.target import TargetModel
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class MedusaState:
 
 
 class MedusaDrafter:
-    """The `Drafter` contract (core/drafter.py) over a MedusaHead: commit keeps the last real feature, propose runs
+    """The `Drafter` contract (core/drafters/eagle.py) over a MedusaHead: commit keeps the last real feature, propose runs
     the K heads once and grows the tree from their per-level top-k."""
 
     kind = "medusa"
@@ -98,7 +99,7 @@ class MedusaDrafter:
         self.target = target
         self.vocab_ids = self.head.vocab_ids.to(target.device)
         self.w_draft = target.lm_head_weight[self.vocab_ids]  # (Vd, H)
-        self.packed = kernels.PackedWeights()  # CPU: the draft rows in oneDNN's packed layout (core/kernels.py)
+        self.packed = kernels.PackedWeights()  # CPU: the draft rows in oneDNN's packed layout (core/models/kernels.py)
         self.packed.add_within([[self.w_draft]])
         self.head_kernel = kernels.head_kernel(self.w_draft, packed=self.packed)  # timed on this machine
         if self.head_kernel != "onednn":

@@ -2,7 +2,7 @@
 
 A folder is matched against `HEAD_KINDS` in order, by its config.json and its weight names (read without loading
 the tensors); the first match reads it. EAGLE-1/2 is last: the official layout has no marker of its own. Adding a
-head type is one module with its head, drafter and loader (e.g. core/medusa.py) and one line here.
+head type is one module with its head, drafter and loader (e.g. core/drafters/medusa.py) and one line here.
 """
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ from typing import Callable
 import torch
 from torch import nn
 
-from core import medusa
-from core.draft_head import EagleHead, load_head
-from core.drafter import Drafter, Eagle3Drafter, EagleDrafter
-from core.eagle3_head import Eagle3Head, eagle3_from_state, is_eagle3_state
-from core.models import TargetModel
+from core.drafters import medusa
+from core.drafters.draft_head import EagleHead, load_head
+from core.engine.contract import Drafter
+from core.drafters.eagle import Eagle3Drafter, EagleDrafter
+from core.drafters.eagle3_head import Eagle3Head, eagle3_from_state, is_eagle3_state
+from core.models.target import TargetModel
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def describe_head(head: nn.Module) -> str:
     if kind == "eagle":
         n = len(head.layers)
         parts = [f"{n} layer{'s' if n > 1 else ''}", size, f"draft vocabulary {len(head.vocab_ids):,}"]
-        if head.inference_vocab is not None:  # the folder's draft_vocab.json (core/draft_head.py)
+        if head.inference_vocab is not None:  # the folder's draft_vocab.json (core/drafters/draft_head.py)
             parts[-1] = f"drafts over {len(head.inference_vocab):,} of its {len(head.vocab_ids):,}-token vocabulary"
     elif kind == "eagle3":
         parts = [size, f"draft vocabulary {head.lm_head.out_features:,}"]

@@ -8,12 +8,12 @@ from typing import Callable, Iterator
 
 import torch
 
-from core import kv_cache
-from core.config import DecodeConfig
-from core.contract import Target
-from core.events import StepEvent
-from core.sampling import margin_fields, new_generator, pick
-from core.timing import now
+from core.engine import kv_cache
+from core.engine.config import DecodeConfig
+from core.engine.contract import Target
+from core.engine.events import StepEvent
+from core.engine.sampling import margin_fields, new_generator, pick
+from core.engine.timing import now
 
 
 class BaselineDecoder:
@@ -38,7 +38,7 @@ class BaselineDecoder:
                 hidden, _ = tgt.forward(ids, cache)
                 logits = tgt.logits(hidden[0, -1])  # (V,)
                 t1 = now(tgt.device)
-                tok, top = pick(logits, cfg.sampling, gen)  # greedy: the margin this token won by (core/exactness.py)
+                tok, top = pick(logits, cfg.sampling, gen)  # greedy: the margin this token won by (core/engine/exactness.py)
                 t2 = now(tgt.device)
                 done = (cfg.stop_on_eos and tok in tgt.eos_ids) or step + 1 == cfg.max_new_tokens
                 yield StepEvent(step=step, method=self.method, new_token_ids=(tok,), verify_ms=(t1 - t0) * 1e3,

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import torch
 
-from core.config import DecodeError, SamplingConfig, check_finite
+from core.engine.config import DecodeError, SamplingConfig, check_finite
 
 
 def new_generator(seed: int) -> torch.Generator:
@@ -99,7 +99,7 @@ def peak(row: torch.Tensor) -> Peak:
 
 def pick(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator) -> tuple[int, Peak | None]:
     """The next token and, when greedy, the row's Peak (its margin explains where two greedy runs part ways,
-    core/exactness.py). logits: (V,)
+    core/engine/exactness.py). logits: (V,)
 
     Greedy takes the Peak's id (argmax's rule). Sampled draws from the processed distribution and returns no Peak:
     two sampled runs are not compared token by token, and a Peak would cost a pass over the row per token. Raises

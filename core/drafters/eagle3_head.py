@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from core.draft_head import MLP, Attention, HeadConfig, RMSNorm, finish_loaded, llama_layer_fields, llama_layer_json
+from core.drafters.draft_head import MLP, Attention, HeadConfig, RMSNorm, finish_loaded, llama_layer_fields, llama_layer_json
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Small models repeat themselves and copy from their prompt (code edits, RAG answers, summaries, greedy loops). When
 the last few tokens occurred before, the tokens that followed that occurrence are a free guess: no draft pass.
-The EAGLE-2 loop grafts this chain under the root of the head's tree (core/tree.py `graft`), so one verify pass
+The EAGLE-2 loop grafts this chain under the root of the head's tree (core/engine/tree.py `graft`), so one verify pass
 checks both; acceptance rules are unchanged because every proposal is still a deterministic token choice.
 
 Loops are copied whole. The copy may run into the text it is copying (copy with overlap, as LZ77 does): past the

@@ -1,10 +1,10 @@
 """The contracts the decode loop reads: what it asks of a drafter (`Drafter`, `DraftPool`) and of a target
 (`Target`).
 
-They live beside the loop (core/eagle.py) so the loop never imports an implementation: the EAGLE, EAGLE-3, Medusa
-and lookup drafters implement `Drafter`, and core/models.py's `TargetModel` (a stock transformers model) is the
+They live beside the loop (core/engine/eagle.py) so the loop never imports an implementation: the EAGLE, EAGLE-3, Medusa
+and lookup drafters implement `Drafter`, and core/models/target.py's `TargetModel` (a stock transformers model) is the
 `Target`. Every drafter the loop runs starts a per-call state, `commit`s the real target features of what was
-accepted and `propose`s a candidate pool for each step; the loop reranks the pool (core/tree.py), grafts the
+accepted and `propose`s a candidate pool for each step; the loop reranks the pool (core/engine/tree.py), grafts the
 context-lookup chain, verifies and accepts the same way for every drafter.
 """
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from core.config import TreeConfig
-from core.tree import top_frontier
+from core.engine.config import TreeConfig
+from core.engine.tree import top_frontier
 
 
 class Target(Protocol):
-    """What the decoders ask of a target model (core/models.py `TargetModel` implements it)."""
+    """What the decoders ask of a target model (core/models/target.py `TargetModel` implements it)."""
 
     vocab_size: int
     eos_ids: frozenset[int]
@@ -37,7 +37,7 @@ class Target(Protocol):
         """ids (1, T) after the cached prefix -> (last hidden (1, T, H), optional layer taps (1, T, L*H))."""
 
     def tree_logits(self, hidden: torch.Tensor, kids: list[list[int]]) -> Any:
-        """(N, H) verify features -> their LM-head rows, now or on demand (core/tree_logits.py `TreeLogits`)."""
+        """(N, H) verify features -> their LM-head rows, now or on demand (core/engine/tree_logits.py `TreeLogits`)."""
 
 
 @dataclass
@@ -64,7 +64,7 @@ class DraftPool:
 
 @runtime_checkable
 class Drafter(Protocol):
-    """What the EAGLE-2 loop asks of a drafter (core/eagle.py reads it top to bottom, the same for every drafter)."""
+    """What the EAGLE-2 loop asks of a drafter (core/engine/eagle.py reads it top to bottom, the same for every drafter)."""
 
     kind: str  # "eagle" | "eagle3" | "medusa" | "lookup": shown in the UI and the bench
     trained: bool  # False: still lossless, but the drafts are guesses (the UI says so)

@@ -71,7 +71,7 @@ def subtree_parents(parents: list[int], kept: list[int]) -> list[int]:
 
 
 def graft(parents: list[int], tokens: list[int], chain: list[int]) -> tuple[list[int], list[int], int]:
-    """Merge a chain of guesses (e.g. core/lookup.py) under the root: follow existing children while the chain's
+    """Merge a chain of guesses (e.g. core/engine/lookup.py) under the root: follow existing children while the chain's
     tokens match them, then append the rest as new nodes. Siblings stay distinct tokens, indices stay topological.
 
     Returns (parents, tokens, n_before): nodes at index >= n_before came from the chain.

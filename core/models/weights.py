@@ -1,6 +1,6 @@
 """Weights on disk: where dense copies of packaged GGUF models are cached, and how they are built.
 
-Shared by core.models (the default model) and core.presets (the offline presets), so the preset registry and the
+Shared by core.models.target (the default model) and core.models.presets (the offline presets), so the preset registry and the
 loader depend on this module, not on each other.
 """
 from __future__ import annotations

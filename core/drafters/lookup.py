@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from core.config import TreeConfig
+from core.engine.config import TreeConfig
 
 
 class LookupDrafter:
-    """No head: the step's only guesses are the context-lookup chain the loop grafts (core/lookup.py), i.e. prompt
+    """No head: the step's only guesses are the context-lookup chain the loop grafts (core/engine/lookup.py), i.e. prompt
     lookup decoding inside our engine. Token-level and free: nothing to commit, nothing to grow."""
 
     kind = "lookup"

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 
 import torch
 
-from core import kv_cache, tree
-from core.config import DecodeConfig, SamplingConfig, TreeConfig
-from core.contract import Target
-from core.eagle import Eagle2Decoder
-from core.sampling import peak
-from core.timing import now
+from core.engine import kv_cache, tree
+from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.engine.contract import Target
+from core.engine.eagle import Eagle2Decoder
+from core.engine.sampling import peak
+from core.engine.timing import now
 
 SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)  # 1: the root alone (no draft; plain decoding without lookup)
 STOPS = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5)  # dynamic-depth thresholds planned (TreeConfig.stop_below; 0 = fixed depth)
@@ -153,7 +153,7 @@ def _draft_cost(steps: list) -> float:
 def stop_depth(step: tuple[tuple[float, int], ...], depth: int, stop: float) -> int:
     """The levels a grow of `depth` drafts at a step whose head nodes were `step` ((exp(score), depth) each) with
     dynamic depth `stop` (TreeConfig.stop_below): it goes one level deeper while the best node of the last level
-    holds at least `stop` (core/drafter.py)."""
+    holds at least `stop` (core/drafters/eagle.py)."""
     if not stop:
         return depth
     best: dict[int, float] = {}
@@ -243,5 +243,5 @@ def plan_regimes(decoder: Eagle2Decoder, prompt_ids: list[int], depth: int = 6, 
         cal = calibrate(decoder, prompt_ids, big, max_new_tokens, sampling)
         reports[name] = plan_tree(cal, profile, top_k, lookup, plan_lookup=not sampling.greedy)
     plan = TreePlan(reports["greedy"].chosen, reports["sampled"].chosen,
-                    "auto: core.autotree.plan_regimes (one calibration greedy, one at T=1)")
+                    "auto: core.engine.autotree.plan_regimes (one calibration greedy, one at T=1)")
     return plan, reports

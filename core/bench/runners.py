@@ -12,12 +12,12 @@ from typing import Callable
 
 import torch
 
-from core.bench_plan import Plan
-from core.config import DecodeConfig, SamplingConfig, TreeConfig
-from core.events import RunStats, summarize
-from core.exactness import top2
-from core.models import TargetModel
-from core.timing import now
+from core.bench.plan import Plan
+from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.engine.events import RunStats, summarize
+from core.engine.exactness import top2
+from core.models.target import TargetModel
+from core.engine.timing import now
 
 PLD_TOKENS = 10  # prompt_lookup_num_tokens, as in Spec-Bench's PLD runs
 
@@ -30,7 +30,7 @@ class Outcome:
     seconds: float
     target_forwards: int | None
     stats: RunStats | None = None  # our decoders only
-    margins: tuple[float, ...] = ()  # per token: top-1 minus top-2 logit (core/exactness.py); hf: filled on demand
+    margins: tuple[float, ...] = ()  # per token: top-1 minus top-2 logit (core/engine/exactness.py); hf: filled on demand
     top_logits: tuple[float, ...] = ()
 
 

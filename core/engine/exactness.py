@@ -31,14 +31,14 @@ from typing import Sequence
 
 import torch
 
-from core.events import StepEvent
-from core.sampling import peak
+from core.engine.events import StepEvent
+from core.engine.sampling import peak
 
 NEAR_TIE_ULPS = 16  # 2x half the largest margin change seen between the two shapes in bf16 (module docstring)
 
 
 def top2(logits: torch.Tensor) -> tuple[list[float], list[float]]:
-    """(R, V) logits -> (margins, top-1 values), R floats each: top-1 minus top-2 logit per row (core/sampling.py
+    """(R, V) logits -> (margins, top-1 values), R floats each: top-1 minus top-2 logit per row (core/engine/sampling.py
     `peak`, the same numbers as topk(2) at a fifth of its cost)."""
     peaks = [peak(row) for row in logits]
     return [p.margin for p in peaks], [p.logit for p in peaks]

@@ -17,7 +17,7 @@ class TreeNode:
     depth: int  # root 0
     score: float  # cumulative draft log-probability (EAGLE-2's ranking value); root and lookup nodes 0.0
     accepted: bool
-    source: str = "head"  # "root" | "head" (draft head) | "lookup" (copied from the context, core/lookup.py)
+    source: str = "head"  # "root" | "head" (draft head) | "lookup" (copied from the context, core/engine/lookup.py)
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class StepEvent:
     finished: bool = False
     note: str = ""  # e.g. "untrained head"
     # greedy runs, per new token, aligned with new_token_ids: the target's top-1 minus top-2 logit at the position
-    # that chose it, and that top-1 logit (core/exactness.py: explains where two greedy runs part ways); empty when
+    # that chose it, and that top-1 logit (core/engine/exactness.py: explains where two greedy runs part ways); empty when
     # sampled (sampled runs are not compared token by token)
     margins: tuple[float, ...] = ()
     top_logits: tuple[float, ...] = ()

@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.kernels import linear_weights, tensor_version
-from core.kv_cache import MIN_CAPACITY
+from core.models.kernels import linear_weights, tensor_version
+from core.engine.kv_cache import MIN_CAPACITY
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"  # a folder's optional inference vocabulary (see the module docstring)
 
@@ -167,7 +167,7 @@ class DraftKV:
         """Room for t entries at `start` (entries before it kept), as a KVWindow."""
         cap = 0 if self.k is None else self.k.shape[2]
         if start + t > cap:
-            grown = max(2 * cap, start + t, MIN_CAPACITY)  # the target cache's growth rule (core/kv_cache.py)
+            grown = max(2 * cap, start + t, MIN_CAPACITY)  # the target cache's growth rule (core/engine/kv_cache.py)
             k = torch.empty(1, self.heads, grown, self.d, dtype=self.dtype, device=self.device)
             v = torch.empty_like(k)
             if self.k is not None:
@@ -338,7 +338,7 @@ class EagleHead(nn.Module):
 
 def fuse_projections(head: nn.Module) -> list[torch.Tensor]:
     """Fuse q/k/v and gate/up in every layer of `head` (EAGLE-1/2 or EAGLE-3) for drafting, and return the 2-D
-    weights its inference forward then multiplies: what a drafter packs (core/kernels.py). The checkpoint layout,
+    weights its inference forward then multiplies: what a drafter packs (core/models/kernels.py). The checkpoint layout,
     the training path and the values stay as they are (each output row is the same dot product)."""
     weights: list[torch.Tensor] = []
     covered: set[int] = set()  # the projections fused away and the weights already listed (o_proj, down_proj)

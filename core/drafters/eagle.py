@@ -1,7 +1,7 @@
 """The EAGLE drafters (EAGLE-1/2 heads and EAGLE-3 heads), implementations of the drafter contract.
 
-The contract (`Drafter`, `DraftPool`) lives beside the loop in core/contract.py; a new drafter is one file with a
-head, its drafter and its loader, plus one line in core/heads.py's registry (the Medusa head in core/medusa.py is
+The contract (`Drafter`, `DraftPool`) lives beside the loop in core/engine/contract.py; a new drafter is one file with a
+head, its drafter and its loader, plus one line in core/drafters/heads.py's registry (the Medusa head in core/drafters/medusa.py is
 the example).
 
 EAGLE drafting: the draft cache (`DraftState`) belongs to one decode call and keeps only entries computed from REAL
@@ -16,14 +16,14 @@ from dataclasses import dataclass
 
 import torch
 
-from core import kernels
-from core.config import TreeConfig
-from core.contract import DraftPool, Drafter, grow_beam, unsure  # noqa: F401  (Drafter, grow_beam: re-exported)
-from core.draft_head import DraftKV, EagleHead, fuse_projections
-from core.eagle3_head import Eagle3Head
-from core.models import TargetModel
-from core.lookup_drafter import LookupDrafter  # noqa: F401  (re-exported)
-from core.tree import top_frontier
+from core.models import kernels
+from core.engine.config import TreeConfig
+from core.engine.contract import DraftPool, Drafter, grow_beam, unsure  # noqa: F401  (Drafter, grow_beam: re-exported)
+from core.drafters.draft_head import DraftKV, EagleHead, fuse_projections
+from core.drafters.eagle3_head import Eagle3Head
+from core.models.target import TargetModel
+from core.drafters.lookup import LookupDrafter  # noqa: F401  (re-exported)
+from core.engine.tree import top_frontier
 
 
 DRAFT_ROWS = (1, 8)  # row counts the head's layer route is timed at: one accepted token, a draft level's frontier
@@ -54,7 +54,7 @@ class EagleDrafter:
         full = len(ids) == target.vocab_size and bool((ids.cpu() == torch.arange(len(ids))).all())
         self.vocab_ids = None if full else ids.to(target.device)
         self.w_draft = self._draft_rows(full)  # (Vd, H)
-        # CPU: the head's layers and draft rows in oneDNN's packed layout (core/kernels.py), kept where timed faster
+        # CPU: the head's layers and draft rows in oneDNN's packed layout (core/models/kernels.py), kept where timed faster
         self.packed = kernels.PackedWeights()
         layers = fuse_projections(self.head)  # q/k/v and gate/up as one product each while drafting
         shared = self.w_draft is target.lm_head_weight  # the full vocabulary: the target's own head and timing

@@ -9,7 +9,7 @@ each one's best time (a warm-up round included).
   (torch.mv for one row), or through oneDNN's linear primitive, and whether one row is cheap enough for a tree
   verify to compute rows on demand. Same values up to summation order, so the choice cannot change a token
   beyond the rounding that already differs between row counts. The target's head (TargetModel.logits) and the
-  drafters' reduced heads (core/drafter.py, core/medusa.py) each time their own shape and multiply through
+  drafters' reduced heads (core/drafters/eagle.py, core/drafters/medusa.py) each time their own shape and multiply through
   `head_product`.
 - `body_choice` and `OneDNNLinear`: at which row counts the target's forward runs faster with its linear layers
   routed through oneDNN's linear primitive than through linear()'s default BLAS call (MKL in torch's CPU builds).
@@ -243,7 +243,7 @@ def head_kernel(w: torch.Tensor, bias: torch.Tensor | None = None, rounds: int =
 
 def rows_are_cheap(times: dict[int, float]) -> bool:
     """Whether one LM-head row costs under half of 8 rows with this kernel: then a tree verify computes only the
-    rows its acceptance walk visits (core/tree_logits.py). With cost a + b*m for m rows, the root's row plus half
+    rows its acceptance walk visits (core/engine/tree_logits.py). With cost a + b*m for m rows, the root's row plus half
     of a 16-node tree beats all 16 rows when t(1) < (8/15) t(8); the rule asks for a little more (1/2), since the
     accepted child's subtree can hold more than half the nodes (then the walk pays one extra fixed cost a, and
     gains whenever the root's own row rejects every draft). Measured, not assumed: docs/results-history.md,

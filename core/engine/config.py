@@ -4,7 +4,7 @@ Knobs are named by what they count (EAGLE issue #118):
   total_tokens  tree nodes sent to the target per step, ROOT INCLUDED (1 = plain decoding through the tree path)
   depth         deepest draft level below the root = number of draft-head passes per step
   top_k         children kept per expanded node, and nodes expanded per level
-  lookup        longest chain copied from the context (core/lookup.py) and grafted under the root; 0 = head only
+  lookup        longest chain copied from the context (core/engine/lookup.py) and grafted under the root; 0 = head only
   stop_below    dynamic depth: no draft level below one whose best cumulative draft probability is under it; 0 = off
 """
 from __future__ import annotations
@@ -55,12 +55,12 @@ COPY_MAX = 64  # ... and never more than 64 (the largest `lookup` allowed)
 
 @dataclass(frozen=True)
 class TreeConfig:
-    total_tokens: int = 16  # nodes verified per step, root included (core/autotree.py picked 16 on a 2-core CPU)
+    total_tokens: int = 16  # nodes verified per step, root included (core/engine/autotree.py picked 16 on a 2-core CPU)
     depth: int = 6  # draft levels below the root
     top_k: int = 6  # branching per expanded node and frontier width
     lookup: int = 10  # context-lookup chain length grafted under the root (extra verify tokens); 0 = off
     # dynamic depth: the head drafts no level below one whose best guess has a cumulative draft probability under
-    # this, so a step where it is unsure pays for fewer passes (0 = EAGLE-2's fixed depth; core/drafter.py)
+    # this, so a step where it is unsure pays for fewer passes (0 = EAGLE-2's fixed depth; core/drafters/eagle.py)
     stop_below: float = 0.0
 
     def __post_init__(self) -> None:
@@ -73,13 +73,13 @@ class TreeConfig:
     @property
     def copy_lookup(self) -> int:
         """The longest chain a copy in progress grows to: `lookup` doubles after each step that accepted its whole
-        chain (core/eagle.py), up to COPY_GROWTH times `lookup` and at most COPY_MAX."""
+        chain (core/engine/eagle.py), up to COPY_GROWTH times `lookup` and at most COPY_MAX."""
         return min(COPY_GROWTH * self.lookup, max(COPY_MAX, self.lookup))
 
     @property
     def reach(self) -> int:
         """How far past the committed prefix one verify can write: the head's depth or the lookup chain's length
-        (a grown copy chain never runs past max_new_tokens, core/eagle.py)."""
+        (a grown copy chain never runs past max_new_tokens, core/engine/eagle.py)."""
         return max(self.depth, self.lookup)
 
     @classmethod

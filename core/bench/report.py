@@ -160,7 +160,7 @@ def reference_of(summary: dict) -> str:
 
 
 def _mismatch_cell(s: dict) -> str:
-    """'16 (0 unexplained)': mismatches, and how many no near tie explains (core/exactness.py)."""
+    """'16 (0 unexplained)': mismatches, and how many no near tie explains (core/engine/exactness.py)."""
     n, bad = s.get("mismatches"), s.get("unexplained_mismatches")
     if n is None or bad is None or n == 0:
         return _num(n, "d")

@@ -1,10 +1,10 @@
-"""The benchmark's validated plan: everything checkable before a model loads (core/bench.py builds it, the
-runners in core/bench_runners.py read it)."""
+"""The benchmark's validated plan: everything checkable before a model loads (core/bench/cli.py builds it, the
+runners in core/bench/runners.py read it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.config import DecodeConfig, TreeConfig
+from core.engine.config import DecodeConfig, TreeConfig
 
 
 @dataclass(frozen=True)

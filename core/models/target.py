@@ -14,10 +14,11 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Cache, PreTrainedModel
 
-from core import kernels, kv_cache
-from core.presets import get_preset
-from core.tree_logits import TreeLogits
-from core.weights import default_model_dir
+from core.models import kernels
+from core.engine import kv_cache
+from core.models.presets import get_preset
+from core.engine.tree_logits import TreeLogits
+from core.models.weights import default_model_dir
 
 DEFAULT_MODEL = "gemma-3-270m"
 
@@ -43,14 +44,14 @@ class TargetModel:
         eos = eos if eos is not None else cfg.eos_token_id
         self.eos_ids: frozenset[int] = frozenset(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
         self.max_positions: int = int(getattr(cfg, "max_position_embeddings", 8192) or 8192)
-        # CPU: the LM head and the body's linear weights in oneDNN's packed layout (core/kernels.py PackedWeights),
+        # CPU: the LM head and the body's linear weights in oneDNN's packed layout (core/models/kernels.py PackedWeights),
         # as far as half the spare memory allows, timed below against the plain products; the copies the timing
         # did not pick are dropped
         self.packed = kernels.PackedWeights()
         self.packed.add_within([[self.lm_head_weight], kernels.linear_weights(self.decoder)])
         # CPU: which LM-head product is fastest on this machine, and whether a verify computes only visited rows
         self.head_kernel, self.lazy_rows = self._time_lm_head()
-        # CPU: the row counts at which a forward ran faster with its linear layers through oneDNN (core/kernels.py)
+        # CPU: the row counts at which a forward ran faster with its linear layers through oneDNN (core/models/kernels.py)
         self.onednn_rows: frozenset[int] = frozenset()  # empty while _time_body's own forwards run
         self.onednn_rows = self._time_body()
         head_w, head_kept = self.lm_head_weight, self.head_kernel == "onednn"
@@ -58,10 +59,10 @@ class TargetModel:
         self.dtype_timing: dict[str, float] | None = None  # set by load_target when it timed bf16 against fp32
 
     def _time_lm_head(self) -> tuple[str, bool]:
-        """(kernel, lazy rows): the LM-head product (core/kernels.py HEAD_KERNELS) measured fastest for this head on
+        """(kernel, lazy rows): the LM-head product (core/models/kernels.py HEAD_KERNELS) measured fastest for this head on
         this machine (linear(), vocabulary-major with torch.mv for one row, or oneDNN's linear primitive), timed for
         bf16 and fp32 heads without bias on CPU; and whether one row with it costs so much less than a batch that a
-        tree verify should compute only the rows acceptance visits (core/tree_logits.py). The kernels' speed
+        tree verify should compute only the rows acceptance visits (core/engine/tree_logits.py). The kernels' speed
         depends on the processor, so neither is assumed."""
         head = self.model.get_output_embeddings()
         return kernels.head_choice(head.weight, getattr(head, "bias", None), packed=self.packed)
@@ -103,7 +104,7 @@ class TargetModel:
         return self.model.dtype
 
     def new_cache(self) -> Cache:
-        """A cache with full-length growing layers everywhere (no window trimming; core/kv_cache.py); owned by one
+        """A cache with full-length growing layers everywhere (no window trimming; core/engine/kv_cache.py); owned by one
         decode call."""
         return kv_cache.new_cache()
 
@@ -122,7 +123,7 @@ class TargetModel:
         On CPU (bf16 or fp32) the product runs with the kernel start-up timing found fastest here
         (`kernels.head_choice`): on an AMX Xeon the vocabulary-major product ran 1.25-1.45x faster than linear()'s
         h @ W^T in bf16 (docs/results-history.md, "Where the time goes"); on an AVX2-only EPYC in fp32 oneDNN's
-        linear primitive took 40 ms a row against 74 for torch.mv (core/kernels.py). Otherwise, and on other
+        linear primitive took 40 ms a row against 74 for torch.mv (core/models/kernels.py). Otherwise, and on other
         devices, the head module runs as is.
         """
         head = self.model.get_output_embeddings()
@@ -134,7 +135,7 @@ class TargetModel:
 
     def tree_logits(self, hidden: torch.Tensor, kids: list[list[int]]) -> TreeLogits:
         """(N, H) verify features -> their LM-head rows, all now or each when acceptance first reads it
-        (`lazy_rows`; core/tree_logits.py)."""
+        (`lazy_rows`; core/engine/tree_logits.py)."""
         return TreeLogits(self.logits, hidden, kids, self.lazy_rows, self.device)
 
     @torch.inference_mode()
@@ -225,7 +226,7 @@ def pick_device(name: str | None = None) -> torch.device:
 
 def pick_dtype(name: str | None, device: torch.device) -> torch.dtype:
     """The named dtype, or by default ("auto"/None) bf16, fp16 on GPUs without bf16. (On CPU load_target instead
-    times bf16 against fp32 for the model's shapes and takes the faster: core/kernels.py.)"""
+    times bf16 against fp32 for the model's shapes and takes the faster: core/models/kernels.py.)"""
     table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
              "fp16": torch.float16, "float16": torch.float16}
     if name and name != "auto":

@@ -11,8 +11,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from core.config import DecodeError
-from core.sampling import sample, uniform
+from core.engine.config import DecodeError
+from core.engine.sampling import sample, uniform
 
 
 def accept_greedy(
@@ -56,7 +56,7 @@ def accept_sampled(
     """Multi-candidate speculative sampling over a tree with deterministic proposals.
 
     probs_at(node) -> (V,) processed target distribution for the token after `node` (on any device; uniforms and
-    the final draw come from `generator` through core.sampling, so a seed gives the same result on every device).
+    the final draw come from `generator` through core.engine.sampling, so a seed gives the same result on every device).
     Returns (accepted path of node ids, root first; bonus token sampled from the final (residual) distribution).
     """
     path = [0]

@@ -12,19 +12,19 @@ from typing import Callable, Iterator
 
 import torch
 
-from core import kv_cache, tree
-from core.config import DecodeConfig, check_finite
-from core.contract import Drafter, Target
-from core.lookup import context_draft, copied
-from core.events import StepEvent, TreeNode
-from core.sampling import Peak, finite, margin_fields, new_generator, peak, pick, target_probs
-from core.timing import now
-from core.tree_logits import TreeLogits
-from core.verify import accept_greedy, accept_sampled
+from core.engine import kv_cache, tree
+from core.engine.config import DecodeConfig, check_finite
+from core.engine.contract import Drafter, Target
+from core.engine.lookup import context_draft, copied
+from core.engine.events import StepEvent, TreeNode
+from core.engine.sampling import Peak, finite, margin_fields, new_generator, peak, pick, target_probs
+from core.engine.timing import now
+from core.engine.tree_logits import TreeLogits
+from core.engine.verify import accept_greedy, accept_sampled
 
 
 class Eagle2Decoder:
-    """The loop for any `Drafter` (core/drafter.py): EAGLE-1/2, EAGLE-3, Medusa or context lookup alone.
+    """The loop for any `Drafter` (core/drafters/eagle.py): EAGLE-1/2, EAGLE-3, Medusa or context lookup alone.
     `method` names the lane in events and the bench ("eagle2" for the EAGLE heads, else the drafter's kind)."""
 
     def __init__(self, target: Target, drafter: Drafter, method: str | None = None):
@@ -49,7 +49,7 @@ class Eagle2Decoder:
             draft_in = hidden if taps is None else taps  # the features this head reads
             logits = tgt.logits(hidden[0, -1])  # (V,)
             t1 = now(tgt.device)
-            root, top = pick(logits, s, gen)  # greedy: the margin the token won by (core/exactness.py)
+            root, top = pick(logits, s, gen)  # greedy: the margin the token won by (core/engine/exactness.py)
             produced, done = 1, self._done(root, 1, cfg)
             t2 = now(tgt.device)
             n_commit = dr.commit(dstate, draft_in, torch.tensor([prompt_ids[1:] + [root]], device=tgt.device)) \

@@ -1,6 +1,6 @@
 """Model presets: a target, a matching draft head, the prompt template and a recommended tree, by one short name.
 
-Offline presets run from pip packages that ship GGUF weights (dense bf16 copies are cached by core.weights.dense_copy);
+Offline presets run from pip packages that ship GGUF weights (dense bf16 copies are cached by core.models.weights.dense_copy);
 hub presets download the target and the official yuhuili/EAGLE* head on first use (network; GPU-sized models).
 Nothing here imports a model package: `installed()` only looks at import specs and files.
 """
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from core.config import TreeConfig
-from core.weights import cache_root, default_model_dir, dense_copy
+from core.engine.config import TreeConfig
+from core.models.weights import cache_root, default_model_dir, dense_copy
 
 HEADS_DIR = Path(__file__).resolve().parent.parent / "static" / "heads"
 
@@ -118,7 +118,7 @@ class Preset:
         return bool(self.check and self.check())
 
     def resolve(self) -> str:
-        """A path or hub id core.models.load_target can load; ValueError (with the install line) if not installed."""
+        """A path or hub id core.models.target.load_target can load; ValueError (with the install line) if not installed."""
         if not self.offline:
             return self.target
         if not self.installed():

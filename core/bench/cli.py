@@ -10,10 +10,10 @@ Protocol (docs/ARCHITECTURE.md §5): batch 1, the first turn of each question as
 generation per method on the first prompt, then per prompt every method back to back in rotating order (prompt i
 starts with method i mod M) so machine drift hits all alike. Every method is timed the same way: perf_counter (after
 a CUDA synchronize) around the whole call, i.e. around consuming our decoders' generators, not the sum of step_ms.
-Speedup = ratio of mean tokens/s (core.bench_report); tau = sum of new tokens / sum of target forwards, counted for
+Speedup = ratio of mean tokens/s (core.bench.report); tau = sum of new tokens / sum of target forwards, counted for
 generate() with a forward hook. At temperature 0 each method's tokens are compared with `baseline`'s, and a row
 that differs carries `divergence`: the first differing index, both runs' top-2 logit margins there and whether the
-dtype's rounding explains it (core/exactness.py); the summary counts `mismatches` and `unexplained_mismatches`.
+dtype's rounding explains it (core/engine/exactness.py); the summary counts `mismatches` and `unexplained_mismatches`.
 For a head with a reduced draft vocabulary, each row also counts the output tokens inside it (`in_draft_vocab`): a
 token outside can never be drafted, so the pooled share per category bounds what the head alone can reach.
 Our decoders record margins while decoding. generate()'s are read from its own logits (`output_logits`) in a second,
@@ -46,20 +46,20 @@ from pathlib import Path
 
 import torch
 
-from core.bench_report import (  # noqa: F401  (re-exported: the pure arithmetic lives there)
+from core.bench.report import (  # noqa: F401  (re-exported: the pure arithmetic lives there)
     acceptance_table, category_table, mean_tokens_per_s, pooled_tau, spec_bench_speedup, step_table, summarize_rows,
     summary_table, vocab_table, write_html,
 )
 from core import pipeline
-from core.autotree import choose_tree, describe
-from core.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.engine.autotree import choose_tree, describe
+from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
 
-from core.exactness import classify, first_difference
-from core.kernels import cpu_description
-from core.timing import now
-from core.bench_plan import Plan
-from core.bench_questions import BenchError, read_questions, select_questions  # noqa: F401  (re-exported)
-from core.bench_runners import (  # noqa: F401  (re-exported: tests and scripts import them from here)
+from core.engine.exactness import classify, first_difference
+from core.models.kernels import cpu_description
+from core.engine.timing import now
+from core.bench.plan import Plan
+from core.bench.questions import BenchError, read_questions, select_questions  # noqa: F401  (re-exported)
+from core.bench.runners import (  # noqa: F401  (re-exported: tests and scripts import them from here)
     PLD_TOKENS, Digest, Outcome, Runner, Scorer, chain_tree, core_runner, hf_generation_config, hf_runner, hf_scorer,
     make_runners, make_scorers, timed, trim_at_eos, uses_run_tree,
 )
@@ -165,12 +165,12 @@ def load_stack(model: str | None, head: str | None, device: str | None, dtype: s
 
 def resolve_tree(given: TreeConfig | None, eagle, prompt_ids: list[int],
                  sampling: SamplingConfig | None = None) -> tuple[TreeConfig, dict]:
-    """The tree to use and how it was chosen; 'auto' (given None) asks core.autotree.choose_tree, calibrating at
+    """The tree to use and how it was chosen; 'auto' (given None) asks core.engine.autotree.choose_tree, calibrating at
     the run's own sampling settings."""
     if given is not None:
         return given, {"source": "given"}
     report = choose_tree(eagle, prompt_ids, sampling=sampling)  # calibrates on the first prompt (the warm-up one)
-    return report.chosen, {"source": "auto: core.autotree.choose_tree on the first prompt, at the run's sampling",
+    return report.chosen, {"source": "auto: core.engine.autotree.choose_tree on the first prompt, at the run's sampling",
                            "plan": describe(report.chosen),
                            "verify_ms": report.verify_ms, "expected_tokens": report.expected_tokens,
                            "draft_ms": report.draft_ms, "calibration": report.calibration}
@@ -355,8 +355,8 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
         tree, tree_info = resolve_tree(plan.tree, eagle, prompts[0], plan.decode.sampling)
     eagle_b = None
     if getattr(a, "head_b", None):
-        from core.eagle import Eagle2Decoder
-        from core.heads import make_drafter
+        from core.engine.eagle import Eagle2Decoder
+        from core.drafters.heads import make_drafter
 
         eagle_b = Eagle2Decoder(target, make_drafter(pipeline.read_head(a.head_b, target), target), "eagle2")
     greedy_tree, greedy_info = None, None
@@ -364,8 +364,8 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
         greedy_tree, greedy_info = resolve_tree(None, eagle, prompts[0], SamplingConfig())
     medusa, medusa_path = None, None
     if "medusa" in plan.methods:
-        from core.eagle import Eagle2Decoder
-        from core.heads import make_drafter
+        from core.engine.eagle import Eagle2Decoder
+        from core.drafters.heads import make_drafter
 
         medusa_path = getattr(a, "medusa_head", None) or pipeline.default_medusa_head(a.model)
         medusa = Eagle2Decoder(target, make_drafter(pipeline.read_head(medusa_path, target), target))

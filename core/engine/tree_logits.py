@@ -6,7 +6,7 @@ of rows (a product bound by arithmetic rather than by reading the weight, as fp3
 one row of Gemma 3 270M's 262,144-row head against 132 ms for 16, both through oneDNN on 2026-12-03, as timed in
 `kernels.head_choice`), `TreeLogits` computes the root's row alone and, when the walk goes on, every row of the
 accepted child's subtree in one more product: at most two products a step, never more than N rows. Where a row costs about what a batch does (bf16 on AMX, GPUs), all N rows are computed at
-once, as before; `TargetModel.lazy_rows` is that choice, timed at start-up (core/kernels.py).
+once, as before; `TargetModel.lazy_rows` is that choice, timed at start-up (core/models/kernels.py).
 
 Either way a row's values are those of the same LM-head product over that row, so acceptance and its output are
 unchanged up to the rounding that already differs between row counts (the fp32 equivalence tests pin the tokens).
@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from core.timing import now
+from core.engine.timing import now
 
 
 def subtree(kids: list[list[int]], n: int) -> list[int]:
