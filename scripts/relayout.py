@@ -19,7 +19,7 @@ and this file excepted):
 
 A name that is already new (`core.models.target`, `from core.models import presets`) is left alone: an old module
 whose name became a package (core.models, core.bench) is only rewritten when what follows it is not one of the
-package's new modules. `core.bench` alone stays as it is: `python -m core.bench` runs the package (core/bench/
+package's new modules, and a line that says "relayout: keep" is never touched. `core.bench` alone stays as it is: `python -m core.bench` runs the package (core/bench/
 __main__.py).
 """
 from __future__ import annotations
@@ -79,6 +79,7 @@ SYMBOLS: dict[tuple[str, str], str] = {
     ("core.bench", "Plan"): "core.bench.plan",
 }
 
+KEEP_MARK = "relayout: keep"  # a line carrying this comment names new packages on purpose and is left alone
 KEEP_BARE = {"core.bench"}  # `python -m core.bench` runs the package
 
 PACKAGES: dict[str, str] = {
@@ -162,6 +163,9 @@ def rewrite(text: str) -> tuple[str, int]:
 
     def sub(m: re.Match) -> str:
         nonlocal count
+        line_end = text.find("\n", m.end())
+        if KEEP_MARK in text[text.rfind("\n", 0, m.start()) + 1:line_end if line_end >= 0 else None]:
+            return m.group(0)
         if m["mod"] is not None:
             out = new_statement(m, text)
         elif m["dmod"] is not None:

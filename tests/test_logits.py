@@ -143,15 +143,3 @@ def test_bf16_greedy_eagle2_equals_baseline_up_to_near_ties(kind):
         f"divergence at {div} is not a near tie: {exact[out[div]].item()} vs {exact[ref[div]].item()} (top {top})")
 
 
-def test_lm_head_profile_prints_a_row_per_size(tmp_path, capsys):
-    """python -m core.profile_lm_head (the timing table in docs/results-history.md) runs on any local model
-    folder."""
-    from test_generate_cli import word_tokenizer
-
-    from core.profile_lm_head import main
-
-    tiny_model("llama").save_pretrained(tmp_path / "m")
-    word_tokenizer().save_pretrained(tmp_path / "m")
-    assert main(["--model", str(tmp_path / "m"), "--rows", "1,3", "--repeats", "2"]) == 0
-    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
-    assert [ln.split("|")[1].strip() for ln in lines] == ["1", "3"]

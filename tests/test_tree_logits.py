@@ -114,37 +114,6 @@ def test_sampled_eagle2_gives_the_same_tokens_with_rows_on_demand(kind):
     assert outs[0] == outs[1] and len(outs[0]) == 40
 
 
-def test_the_ab_script_forces_one_switch_each_way_on_the_same_model(tmp_path, capsys):
-    """scripts/ab_switch.py (the A/B command in docs/results-history.md) on a tiny saved model: every value runs
-    every lane, the tokens agree, and a value the switch does not take is one line and exit status 2."""
-    from core.drafters.draft_head import HeadConfig, init_head, save_head
-    from test_generate_cli import word_tokenizer
-
-    tiny_model("llama").save_pretrained(tmp_path / "m")
-    word_tokenizer().save_pretrained(tmp_path / "m")
-    save_head(init_head(HeadConfig.for_target(64, 128), seed=2), tmp_path / "h", dtype=torch.float32)
-    ab = load_script("ab_switch")
-    common = ["--model", str(tmp_path / "m"), "--head", str(tmp_path / "h"), "--prompts", "2",
-              "--max-new-tokens", "8", "--rounds", "2"]
-    assert ab.main(["lazy-rows", "--values", "on,off", "--tree", "6,3,2,0", "--baseline", *common]) == 0
-    out = capsys.readouterr().out
-    assert out.count("lazy-rows=on") == 2 and out.count("lazy-rows=off") == 2  # eagle2 6,3,2,0 and baseline
-    assert "identical outputs across values: True" in out
-    assert ab.main(["target-kernel", "--values", "linear,onednn", *common]) == 0
-    assert "identical outputs across values: True" in capsys.readouterr().out
-    assert ab.main(["body-route", "--values", "all,off", "--tree", "6,3,2,0", *common]) == 0
-    out = capsys.readouterr().out
-    assert out.count("body-route=all") == 1 and "identical outputs across values: True" in out
-    assert ab.main(["packing", "--values", "on,off", "--tree", "6,3,2,0", "--baseline", *common]) == 0
-    out = capsys.readouterr().out
-    assert out.count("packing=on") == 2 and out.count("packing=off") == 2 and "without packing:" in out
-    assert "identical outputs across values: True" in out
-    assert ab.main(["lazy-rows", "--values", "on,off", "--tree", "6,3,2,0,0.05", *common]) == 0  # dynamic depth
-    assert "identical outputs across values: True" in capsys.readouterr().out
-    assert ab.main(["lazy-rows", "--values", "maybe", *common]) == 2
-    assert capsys.readouterr().err.strip() == "error: lazy-rows takes on, off"
-
-
 def test_the_draft_profile_script_reports_a_step_split(tmp_path, capsys):
     """scripts/profile_draft.py (README, "Faster drafting") on a tiny saved model and head: the per-step split it
     prints adds up to the step, and a file with too few rows is one line and exit status 2."""
