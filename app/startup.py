@@ -32,15 +32,12 @@ def compare_decoders(target, medusa_head: str | Path | None = None) -> dict:
     """The token-level lanes the UI offers beside EAGLE-2: prompt lookup always (no weights), and a Medusa head when
     a folder is given or the preset registry names one for the loaded target (static/heads/gemma-3-270m-medusa for
     the default model; looked up by the target's own name, so another model never gets Gemma's head)."""
-    from core.drafters.lookup import LookupDrafter
-    from core.engine.eagle import Eagle2Decoder
-    from core.drafters.heads import make_drafter
-    from core.pipeline import default_medusa_head, read_head
+    from core.pipeline import decoder_for, default_medusa_head
 
-    lanes = {"lookup": Eagle2Decoder(target, LookupDrafter())}  # method "lookup"
+    lanes = {"lookup": decoder_for(None, target)}  # method "lookup"
     path = medusa_head or default_medusa_head(target.name)
     if path:
-        lanes["medusa"] = Eagle2Decoder(target, make_drafter(read_head(path, target), target))
+        lanes["medusa"] = decoder_for(path, target)
     return lanes
 
 

@@ -96,16 +96,15 @@ def run_ours(model: str, head: str, questions: str, n: int, k: int, max_new: int
     ignored so both engines write max_new tokens. Returns the job for scripts/vllm_side.py plus our results."""
     from core.bench.questions import read_questions
     from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
-    from core.engine.eagle import Eagle2Decoder
-    from core.drafters.heads import kind_of_folder, load_any_head, make_drafter
+    from core.drafters.heads import kind_of_folder, load_any_head
     from core.models.target import load_target, resolve_model
-    from core.pipeline import encode_prompt
+    from core.pipeline import decoder_for, encode_prompt
 
     target, tok = load_target(model, dtype="fp32")
     loaded = load_any_head(head)
     if getattr(loaded, "inference_vocab", None) is not None:
         loaded.inference_vocab = None  # vLLM drafts over every row of the head's vocabulary: compare like for like
-    decoder = Eagle2Decoder(target, make_drafter(loaded, target))
+    decoder = decoder_for(loaded, target)
     rows = read_questions(questions)[:n]
     prompts = [encode_prompt(tok, r["turns"][0], "chat" if tok.chat_template else "raw") for r in rows]
     cfg = DecodeConfig(max_new_tokens=max_new, sampling=SamplingConfig(), tree=TreeConfig(k + 1, k, 1, 0),

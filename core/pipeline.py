@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.engine.baseline import BaselineDecoder
+from torch import nn
+
 from core.drafters.draft_head import HeadConfig, init_head
-from core.engine.eagle import Eagle2Decoder
 from core.drafters.heads import load_any_head, make_drafter
+from core.drafters.lookup import LookupDrafter
+from core.engine.baseline import BaselineDecoder
+from core.engine.eagle import Eagle2Decoder
 from core.models.target import DEFAULT_MODEL, TargetModel, load_target
 from core.models.presets import get_preset
 
@@ -61,6 +64,17 @@ def build_head(target: TargetModel, head: str | Path | None, model: str | None =
     return init_head(HeadConfig.for_target(target.hidden_size, target.vocab_size))
 
 
+def decoder_for(head: nn.Module | str | Path | None, target: TargetModel, method: str | None = None) -> Eagle2Decoder:
+    """The one place a speculative decoder is built: a head (loaded, or a folder to read) bound to the target by the
+    head registry's drafter (EAGLE-1/2, EAGLE-3, Medusa); None = no head, the context-lookup chain alone.
+    ValueError (one line) when the folder is unreadable or the head was built for another target."""
+    if head is None:
+        return Eagle2Decoder(target, LookupDrafter(), method)
+    if isinstance(head, (str, Path)):
+        head = read_head(head, target)
+    return Eagle2Decoder(target, make_drafter(head, target), method)
+
+
 def build_decoders(
     model: str | None = None,
     head: str | Path | None = None,
@@ -72,8 +86,8 @@ def build_decoders(
     if head:
         check_head_path(head)
     target, tokenizer = load_target(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
-    drafter = make_drafter(build_head(target, head, model), target)  # ValueError on hidden/vocab mismatch
-    return target, tokenizer, BaselineDecoder(target), Eagle2Decoder(target, drafter)
+    eagle = decoder_for(build_head(target, head, model), target)  # ValueError on hidden/vocab mismatch
+    return target, tokenizer, BaselineDecoder(target), eagle
 
 
 def encode(tokenizer, text: str) -> list[int]:

@@ -256,3 +256,25 @@ def test_every_head_kind_describes_itself():
     assert lines["eagle3"].startswith("EAGLE-3, ") and "draft vocabulary 128" in lines["eagle3"]
     assert lines["medusa"].startswith("Medusa, 4 heads, ")
     assert all("M parameters" in v and v.endswith("untrained (lossless, slow)") for v in lines.values())
+
+
+def test_decoder_for_binds_every_kind_through_the_registry(tmp_path):
+    """core.pipeline.decoder_for is the one place a speculative decoder is built: a loaded head or a folder becomes
+    its kind's drafter, None the lookup drafter alone, and a head for another target is refused in one line."""
+    from core.drafters.lookup import LookupDrafter
+    from core.pipeline import decoder_for
+
+    tgt = tiny_target("llama")
+    ref, _ = run(BaselineDecoder(tgt), PROMPT, DecodeConfig(max_new_tokens=N_NEW))
+    for k in ("eagle", "eagle3", "medusa"):
+        dec = decoder_for(tiny_drafter(k, tgt).head, tgt)
+        assert dec.drafter.kind == k and dec.method == ("medusa" if k == "medusa" else "eagle2")
+        assert run(dec, PROMPT, DecodeConfig(max_new_tokens=N_NEW, tree=TREES[1]))[0] == ref
+    assert isinstance(decoder_for(None, tgt).drafter, LookupDrafter)
+    save_medusa_head(init_medusa_head(MedusaConfig(64, 128, num_heads=2)), tmp_path / "m", dtype=torch.float32)
+    assert isinstance(decoder_for(tmp_path / "m", tgt).drafter, MedusaDrafter)
+    assert decoder_for(tmp_path / "m", tgt, "medusa-b").method == "medusa-b"
+    with pytest.raises(ValueError, match="hidden size"):
+        decoder_for(tmp_path / "m", _wide_target())
+    with pytest.raises(ValueError, match="not a folder"):
+        decoder_for(tmp_path / "nothing", tgt)

@@ -170,3 +170,14 @@ def test_downward_and_sideways_imports_are_allowed():
     g = {"app.startup": {"core.pipeline", "core.engine.eagle"}, "core.drafters.heads": {"core.models.target"},
          "core.bench.questions": {"core.train.evaluate"}, "core.engine.eagle": {"core.engine.tree", "torch"}}
     assert violations(g) == []
+
+
+def test_one_place_builds_a_speculative_decoder():
+    """Outside the engine, only core/pipeline.py `decoder_for` constructs Eagle2Decoder (app, bench, training and
+    interop all call it)."""
+    builders = set()
+    for m, p in sources().items():
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Eagle2Decoder":
+                builders.add(m)
+    assert {m for m in builders if not within(m, "core.engine")} == {"core.pipeline"}

@@ -355,20 +355,14 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
         tree, tree_info = resolve_tree(plan.tree, eagle, prompts[0], plan.decode.sampling)
     eagle_b = None
     if getattr(a, "head_b", None):
-        from core.engine.eagle import Eagle2Decoder
-        from core.drafters.heads import make_drafter
-
-        eagle_b = Eagle2Decoder(target, make_drafter(pipeline.read_head(a.head_b, target), target), "eagle2")
+        eagle_b = pipeline.decoder_for(a.head_b, target, "eagle2")
     greedy_tree, greedy_info = None, None
     if "eagle2-greedy-tree" in plan.methods:
         greedy_tree, greedy_info = resolve_tree(None, eagle, prompts[0], SamplingConfig())
     medusa, medusa_path = None, None
     if "medusa" in plan.methods:
-        from core.engine.eagle import Eagle2Decoder
-        from core.drafters.heads import make_drafter
-
         medusa_path = getattr(a, "medusa_head", None) or pipeline.default_medusa_head(a.model)
-        medusa = Eagle2Decoder(target, make_drafter(pipeline.read_head(medusa_path, target), target))
+        medusa = pipeline.decoder_for(medusa_path, target)
     runners = make_runners(plan, target, tok, baseline, eagle, tree, eagle_b, greedy_tree, medusa)
     compare = plan.decode.sampling.greedy and "baseline" in plan.methods
     print(f"[bench] {target.name} on {target.device} ({target.dtype}), {len(questions)} prompts, "

@@ -16,14 +16,13 @@ from dataclasses import dataclass
 
 import torch
 
-from core.models import kernels
-from core.engine.config import TreeConfig
-from core.engine.contract import DraftPool, Drafter, grow_beam, unsure  # noqa: F401  (Drafter, grow_beam: re-exported)
 from core.drafters.draft_head import DraftKV, EagleHead, fuse_projections
 from core.drafters.eagle3_head import Eagle3Head
-from core.models.target import TargetModel
-from core.drafters.lookup import LookupDrafter  # noqa: F401  (re-exported)
+from core.engine.config import TreeConfig
+from core.engine.contract import DraftPool, unsure
 from core.engine.tree import top_frontier
+from core.models import kernels
+from core.models.target import TargetModel
 
 
 DRAFT_ROWS = (1, 8)  # row counts the head's layer route is timed at: one accepted token, a draft level's frontier

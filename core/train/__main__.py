@@ -131,12 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from core.engine.config import TreeConfig
     from core.drafters.draft_head import EagleHead, HeadConfig, add_layers, init_head, save_head, widen_mlp
-    from core.drafters.heads import make_drafter
     from core.drafters.eagle3_head import Eagle3Config, Eagle3Head, init_eagle3_head, save_eagle3_head
     from core.drafters.heads import kind_of, load_any_head
     from core.drafters.medusa import MedusaConfig, init_medusa_head, save_medusa_head
     from core.models.kernels import cpu_description
     from core.models.target import DEFAULT_MODEL, load_target
+    from core.pipeline import decoder_for
     from core.train.data import (build_shards, draft_vocab, extend_vocab, load_shards, read_pool,
                                  shard_counts, stored_prompts, token_counts, vocab_coverage)
     from core.train.evaluate import measure, sample_questions
@@ -261,17 +261,17 @@ def main(argv: list[str] | None = None) -> int:
     log(f"saved head to {head_dir}")
     # evaluate with the bf16 head exactly as shipped
     shipped = load_any_head(head_dir)
-    drafter = make_drafter(shipped, target)
+    eagle = decoder_for(shipped, target)
     qs = sample_questions(a.eval_questions, a.eval_per_category) if a.eval_per_category else []
     head_tree = TreeConfig(lookup=0)  # the head alone: context lookup would blur what training achieved
     mode = "chat" if a.chat and tok.chat_template else "raw"
-    evals = [measure(target, tok, drafter, qs, a.eval_max_new, t, head_tree, prompt_mode=mode)
+    evals = [measure(target, tok, eagle, qs, a.eval_max_new, t, head_tree, prompt_mode=mode)
              for t in (0.0, 1.0)] if qs else []
     curve = []
     tokens_per_step = summary["tokens"] * a.epochs / max(1, summary["steps"])
     for d in sorted(snap_dir.glob("step_*")) if a.snapshots and qs else []:
         step = int(d.name.split("_")[1])
-        r = measure(target, tok, make_drafter(load_any_head(d), target), qs, a.eval_max_new, 0.0, head_tree,
+        r = measure(target, tok, decoder_for(load_any_head(d), target), qs, a.eval_max_new, 0.0, head_tree,
                     prompt_mode=mode)
         curve.append({"step": step, "tokens_seen": round(step * tokens_per_step), "tau_t0": r["tau"],
                       "chain_alpha_t0": r["chain_alpha"]})
