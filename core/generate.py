@@ -15,20 +15,16 @@ import argparse
 import json
 import sys
 
+from core.cli import Parser, fail
 from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
 
 UNTRAINED = "untrained (freshly initialised)"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line instead of argparse's usage block
-        self.exit(2, f"error: {message} (see --help)\n")
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The CLI flags; tree defaults come from TreeConfig."""
     tree = TreeConfig()
-    p = _Parser(prog="python -m core.generate", description="Generate with the baseline or EAGLE-2 decoder.")
+    p = Parser(prog="python -m core.generate", description="Generate with the baseline or EAGLE-2 decoder.")
     p.add_argument("--prompt", required=True, help="prompt text (encoded with the model's tokenizer, BOS added)")
     p.add_argument("--model", default=None, help="'gemma-3-270m' (default, packaged), a local folder, or a hub id")
     p.add_argument("--head", default=None,
@@ -110,8 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = generate(args)
     except (ValueError, OSError, MemoryError) as e:  # DecodeError is a ValueError
-        print(f"error: {_one_line(e)}", file=sys.stderr)
-        return 2
+        return fail("", e)
     except KeyboardInterrupt:
         return 130
     if args.json:
@@ -120,11 +115,6 @@ def main(argv: list[str] | None = None) -> int:
         print(result["text"])
         print(summary_line(result))
     return 0
-
-
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split()) or type(e).__name__
-    return text if len(text) <= 400 else text[:397] + "..."
 
 
 def _quiet_libraries() -> None:

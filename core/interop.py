@@ -18,7 +18,10 @@ import json
 import sys
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from core.cli import fail
+from core.paths import data_dir
+
+DATA = data_dir()  # $EAGLE_DATA_DIR, else ../shared/data (core/paths.py)
 
 # EAGLE-1/2 weight names vLLM's EagleLlamaForCausalLM has parameters for (layer 0 has no input_layernorm; an own
 # embed_tokens / lm_head is allowed and replaces the target's shared one)
@@ -193,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
     except (ValueError, OSError, KeyError) as e:
-        print(f"core.interop: error: {e}", file=sys.stderr)
-        return 1
+        fail("core.interop", e)
+        return 1  # a refused conversion (tests/test_interop.py pins 1, as for the core.train subtools)
 
 
 if __name__ == "__main__":

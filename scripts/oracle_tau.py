@@ -28,8 +28,6 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 
 def best_tree_accepts(levels: Sequence[Sequence[float]], total: int, top_k: int) -> float:
     """Expected accepted drafts of the best tree of at most `total` nodes, when every node at depth d+1 offers the

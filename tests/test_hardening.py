@@ -433,7 +433,7 @@ def test_api_takes_no_file_paths(server):
 
 
 def test_head_loading_is_safe():
-    src = (Path(__file__).resolve().parent.parent / "core" / "draft_head.py").read_text()
+    src = (Path(__file__).resolve().parent.parent / "core" / "drafters" / "draft_head.py").read_text()
     assert "weights_only=True" in src and "model.safetensors" in src
 
 

@@ -51,6 +51,7 @@ from core.bench.report import (  # noqa: F401  (re-exported: the pure arithmetic
     summary_table, vocab_table, write_html,
 )
 from core import pipeline
+from core.cli import fail
 from core.engine.autotree import choose_tree, describe
 from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
 
@@ -404,9 +405,7 @@ def main(argv: list[str] | None = None) -> int:
             title = f"EAGLE Playground bench: {c['model']} · {c['device']} · {c['dtype']} · T={c['temperature']}"
             write_html(a.html, result["per_prompt"], result["summary"], title)
     except (BenchError, ValueError, OSError) as e:
-        msg = " ".join(str(e).split()) or type(e).__name__
-        print(f"core.bench: error: {msg}", file=sys.stderr)
-        return 2
+        return fail("core.bench", e)
     print(summary_table(result["summary"]))
     print()
     print(category_table(result["summary"]))

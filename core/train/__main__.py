@@ -14,11 +14,14 @@ from pathlib import Path
 
 import torch
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+from core.cli import Parser, fail, run
+from core.paths import data_dir
+
+DATA = data_dir()  # $EAGLE_DATA_DIR, else ../shared/data (core/paths.py)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m core.train", description=__doc__)
+    p = Parser(prog="python -m core.train", description=__doc__)
     p.add_argument("--model", default=None, help="default model, local folder or hub id")
     p.add_argument("--out", required=True, help="run folder (shards, checkpoints, logs)")
     p.add_argument("--head-out", default=None, help="where to write the finished head (default OUT/head)")
@@ -127,8 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     problem = check_args(a)
     if problem:
-        print(f"core.train: error: {problem}", file=sys.stderr)
-        return 2
+        return fail("core.train", problem)
     from core.engine.config import TreeConfig
     from core.drafters.draft_head import EagleHead, HeadConfig, add_layers, init_head, save_head, widen_mlp
     from core.drafters.eagle3_head import Eagle3Config, Eagle3Head, init_eagle3_head, save_eagle3_head
@@ -321,9 +323,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """Console entry point (eagle-train): main with the CLI convention (core/cli.py)."""
+    return run("core.train", main, argv)
+
+
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(cli())
