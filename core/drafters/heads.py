@@ -3,9 +3,10 @@
 A folder is matched against `HEAD_KINDS` in order, by its config.json and its weight names (read without loading
 the tensors); the first match reads it. EAGLE-1/2 is last: the official layout has no marker of its own. Each entry
 also says how training starts a head of its kind for a target (`init`), writes it (`save`), which target layers it
-reads (`taps`), how it is described to people (`describe`) and what its training minimises (`loss`), so the
-trainer, the app and the tools never branch on the kind. Adding a head type is one module with its head, drafter
-and loader (e.g. core/drafters/medusa.py) and one line here; the life-cycle fields default to "not trainable here".
+reads (`taps`), how it is described to people (`describe`), what its training minimises (`loss`) and what stops
+vLLM from reading its folder (`vllm`, core/drafters/vllm.py), so the trainer, the app and the tools never branch
+on the kind. Adding a head type is one module with its head, drafter and loader (e.g. core/drafters/medusa.py) and
+one line here; the life-cycle fields default to "not trainable here".
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from core.drafters import medusa
+from core.drafters import medusa, vllm
 from core.drafters.draft_head import EagleHead, HeadConfig, init_head, load_head, save_head
 from core.drafters.eagle import Eagle3Drafter, EagleDrafter
 from core.drafters.eagle3_head import (Eagle3Config, Eagle3Head, eagle3_from_state, init_eagle3_head,
@@ -59,6 +60,7 @@ class HeadKind:
     loss: str = ""  # what training minimises, for the run's card ("{p_weight}" is filled in)
     card: Callable[[nn.Module], dict] = lambda head: {}  # kind-specific facts for the run's card
     label: str = ""  # the name people read ("EAGLE-1/2"); the kind's name when empty
+    vllm: Callable[[dict, set[str]], list[str]] = lambda raw, keys: ["vLLM's EAGLE drafters do not read this head"]
 
 
 def _read_eagle(p: Path, raw: dict, sd: dict) -> EagleHead:
@@ -103,14 +105,16 @@ HEAD_KINDS: tuple[HeadKind, ...] = (
              describe=lambda head: [f"{len(head.medusa_head)} heads", _size(head)],
              loss="head k: soft CE against the target's distribution k+1 positions later "
                   "(draft vocab, target LM head shared), heads weighted 0.8^k",
-             card=lambda head: {"medusa_heads": len(head.medusa_head)}),
+             card=lambda head: {"medusa_heads": len(head.medusa_head)}, vllm=vllm.medusa_problems),
     HeadKind("eagle3", Eagle3Head, lambda raw, keys: is_eagle3_state(keys), eagle3_from_state, Eagle3Drafter,
              init=_init_eagle3, save=save_eagle3_head, taps=Eagle3Head.tap_layers, label="EAGLE-3",
              describe=lambda head: [_size(head), f"draft vocabulary {head.lm_head.out_features:,}"],
-             loss="soft CE against the target (draft vocab), own LM head, steps weighted 0.8^j"),
+             loss="soft CE against the target (draft vocab), own LM head, steps weighted 0.8^j",
+             vllm=vllm.eagle3_problems),
     HeadKind("eagle", EagleHead, lambda raw, keys: True, _read_eagle, EagleDrafter,
              init=_init_eagle, save=save_head, label="EAGLE-1/2", describe=_describe_eagle,
-             loss="smooth_l1(feature) + {p_weight} * soft CE (draft vocab), steps weighted 0.8^j"),
+             loss="smooth_l1(feature) + {p_weight} * soft CE (draft vocab), steps weighted 0.8^j",
+             vllm=vllm.eagle_problems),
 )
 
 
