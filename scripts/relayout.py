@@ -69,7 +69,8 @@ MOVES: dict[str, str] = {
     "core.bench_questions": "core.bench.questions",
 }
 
-# (old module, name) -> new module, for names that left their old module (the contracts beside the loop)
+# (old module, name) -> new module, for names that left their old module (the contracts beside the loop, the
+# prompt boundary)
 SYMBOLS: dict[tuple[str, str], str] = {
     ("core.drafter", "Drafter"): "core.engine.contract",
     ("core.drafter", "DraftPool"): "core.engine.contract",
@@ -77,7 +78,10 @@ SYMBOLS: dict[tuple[str, str], str] = {
     ("core.drafter", "unsure"): "core.engine.contract",
     ("core.drafter", "LookupDrafter"): "core.drafters.lookup",
     ("core.bench", "Plan"): "core.bench.plan",
+    **{("core.pipeline", name): "core.prompt" for name in
+       ("PROMPT_MODES", "check_prompt_fits", "decode", "encode", "encode_prompt", "prompt_mode")},
 }
+SYMBOL_HOMES = {old for old, _ in SYMBOLS}  # modules that stay but lost some names
 
 KEEP_MARK = "relayout: keep"  # a line carrying this comment names new packages on purpose and is left alone
 KEEP_BARE = {"core.bench"}  # `python -m core.bench` runs the package
@@ -114,7 +118,7 @@ def children(package: str) -> set[str]:
 
 
 def destination(old: str, name: str) -> str:
-    return SYMBOLS.get((old, name), MOVES[old])
+    return SYMBOLS.get((old, name), MOVES.get(old, old))
 
 
 def parse_names(text: str) -> list[tuple[str, str | None]]:
@@ -140,8 +144,8 @@ def new_statement(m: re.Match, source: str) -> str:
                 groups.setdefault(parent, []).append(leaf if leaf == bound else f"{leaf} as {bound}")
             else:
                 groups.setdefault("core", []).append(name if alias is None else f"{name} as {alias}")
-    elif mod in MOVES:
-        if all(name in children(mod) for name, _ in names):
+    elif mod in MOVES or mod in SYMBOL_HOMES:
+        if mod in MOVES and all(name in children(mod) for name, _ in names):
             return m.group(0)  # already the package's new modules
         for name, alias in names:
             groups.setdefault(destination(mod, name), []).append(name if alias is None else f"{name} as {alias}")
@@ -171,7 +175,7 @@ def rewrite(text: str) -> tuple[str, int]:
         elif m["dmod"] is not None:
             old, attr = m["dmod"], m["attr"]
             if old not in MOVES:
-                out = m.group(0)
+                out = f"{SYMBOLS[old, attr]}.{attr}" if (old, attr) in SYMBOLS else m.group(0)
             elif attr is None:
                 out = m.group(0) if old in KEEP_BARE else MOVES[old]
             elif attr in children(old):
