@@ -38,8 +38,8 @@ from core.engine.autotree import TreePlan
 from core.engine.config import DecodeConfig, DecodeError
 from core.engine.events import StepEvent, summarize
 from core.engine.exactness import Divergence, divergence_of, short_name
-from core.pipeline import encode_prompt
-from core.pipeline import prompt_mode as resolve_prompt_mode
+from core.prompt import encode_prompt
+from core.prompt import prompt_mode as resolve_prompt_mode
 
 OUTPUTS = ("baseline-output", "eagle-output", "stats", "stats-charts", "draft-tree", "step-slider",
            "compare-output", "compare-tree", "state")  # the two-lane outputs first, the third lane's after, state last

@@ -65,7 +65,8 @@ def run_ours(model: str, head: str, questions: str, n: int, k: int, max_new: int
     from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
     from core.drafters.heads import kind_of_folder, load_any_head
     from core.models.target import load_target, resolve_model
-    from core.pipeline import decoder_for, encode_prompt
+    from core.pipeline import decoder_for
+    from core.prompt import encode_prompt
 
     target, tok = load_target(model, dtype="fp32")
     loaded = load_any_head(head)

@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
-    from core.pipeline import build_decoders, encode_prompt
+    from core.pipeline import build_decoders
+    from core.prompt import encode_prompt
 
     try:
         rows = [json.loads(line) for line in Path(a.questions).read_text().splitlines() if line.strip()]

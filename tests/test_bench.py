@@ -15,7 +15,7 @@ from core.bench.report import (
     vocab_table,
 )
 from core.drafters.draft_head import HeadConfig, init_head, save_head
-from core.pipeline import encode_prompt
+from core.prompt import encode_prompt
 from fakes import tiny_tokenizer
 
 METHODS = ["hf", "hf-pld", "baseline", "eagle2", "eagle2-head", "eagle2-chain", "lookup"]

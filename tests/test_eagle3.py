@@ -18,7 +18,7 @@ from core.drafters.heads import make_drafter
 from core.engine.eagle import Eagle2Decoder
 from core.drafters.eagle3_head import Eagle3Config, Eagle3Head, init_eagle3_head, save_eagle3_head
 from core.drafters.heads import load_any_head
-from core.pipeline import encode_prompt, prompt_mode
+from core.prompt import encode_prompt, prompt_mode
 
 N = 40
 CFG = DecodeConfig(max_new_tokens=N, tree=TreeConfig(12, 4, 4))

@@ -12,7 +12,7 @@ from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
 from core.engine.eagle import Eagle2Decoder
 from core.engine.events import summarize
 from core.models.target import TargetModel
-from core.pipeline import encode_prompt
+from core.prompt import encode_prompt
 
 SPEC_BENCH_GROUPS = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
 
@@ -38,7 +38,7 @@ def sample_questions(path: str, per_category: int) -> list[dict]:
 def measure(target: TargetModel, tok, decoder: Eagle2Decoder, questions: list[dict], max_new: int,
             temperature: float, tree: TreeConfig, chain_depth: int = 5, prompt_mode: str = "raw") -> dict:
     """tau per category (tree), and chain n-alpha for n = 0..chain_depth-1. prompt_mode: 'raw' or 'chat' (one user
-    turn of the tokenizer's template), as core.pipeline.encode_prompt. `decoder`: core.pipeline.decoder_for's."""
+    turn of the tokenizer's template), as core.prompt.encode_prompt. `decoder`: core.pipeline.decoder_for's."""
     dec = decoder
     chain = TreeConfig(total_tokens=chain_depth + 1, depth=chain_depth, top_k=1, lookup=0)
     per_cat: dict[str, list[tuple[int, int]]] = {}
