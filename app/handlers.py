@@ -38,7 +38,7 @@ from core.engine.autotree import TreePlan
 from core.engine.config import DecodeConfig, DecodeError
 from core.engine.events import StepEvent, summarize
 from core.engine.exactness import Divergence, divergence_of, short_name
-from core.prompt import encode_prompt
+from core.prompt import PromptError, encode_prompt, prompt_limit
 from core.prompt import prompt_mode as resolve_prompt_mode
 
 OUTPUTS = ("baseline-output", "eagle-output", "stats", "stats-charts", "draft-tree", "step-slider",
@@ -183,14 +183,14 @@ class Playground:
             raise user_error(str(e), "Invalid setting") from None
         try:
             ids = self.encode(prompt)
+        except PromptError as e:  # e.g. "prompt encodes to no tokens"
+            raise user_error(f"The {e}.", "Empty prompt") from None
         except Exception as e:  # noqa: BLE001 - a tokenizer that refuses odd text (e.g. lone surrogates)
             raise user_error(f"The prompt cannot be tokenized: {type(e).__name__}", "Invalid prompt") from None
         if not ids:
             raise user_error("The prompt encodes to no tokens.", "Empty prompt")
-        limit = self.prompt_cap
         max_pos = self.baseline.target.max_positions if self.baseline.target is not None else None
-        if max_pos:
-            limit = min(limit, max_pos - cfg.max_new_tokens - cfg.tree.reach - 1)
+        limit = prompt_limit(max_pos, cfg, self.prompt_cap)  # the one fit rule (core/prompt.py)
         if len(ids) > limit:
             raise user_error(f"The prompt is {len(ids)} tokens; at most {max(limit, 0)} fit with these settings.",
                              "Prompt too long")
@@ -330,9 +330,7 @@ class Playground:
 
     def encode(self, prompt: str) -> list[int]:
         """Prompt text -> ids: raw text for base models, one user turn of the chat template for chat models."""
-        if self.mode == "chat":
-            return encode_prompt(self.tok, prompt, "chat", self.system)
-        return list(self.tok.encode(prompt))
+        return encode_prompt(self.tok, prompt, self.mode, self.system)
 
     def label(self, token_id: int) -> str:
         if token_id not in self._labels:

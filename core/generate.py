@@ -66,14 +66,14 @@ def generate(args: argparse.Namespace) -> dict:
     """Load, run one decoder, and return the JSON-able result."""
     cfg = decode_config(args)
     _quiet_libraries()
-    from core import pipeline
+    from core import pipeline, prompt
     from core.engine.events import summarize
 
     target, tokenizer, baseline, eagle = pipeline.build_decoders(
         args.model, args.head, args.device, args.dtype, trust_remote_code=getattr(args, "trust_remote_code", False))
     mode = getattr(args, "prompt_mode", "auto")
-    prompt_ids = pipeline.encode_prompt(tokenizer, args.prompt, mode)
-    pipeline.check_prompt_fits(target, prompt_ids, cfg)
+    prompt_ids = prompt.encode_prompt(tokenizer, args.prompt, mode)
+    prompt.check_prompt_fits(target, prompt_ids, cfg)
     decoder = eagle if args.method == "eagle2" else baseline
     events = list(decoder.generate(prompt_ids, cfg))
     ids = [t for e in events for t in e.new_token_ids]
@@ -84,10 +84,10 @@ def generate(args: argparse.Namespace) -> dict:
         "method": args.method,
         "model": target.name,
         "head": None if args.method == "baseline" else str(head) if head else UNTRAINED,
-        "prompt_mode": pipeline.prompt_mode(tokenizer, mode),
+        "prompt_mode": prompt.prompt_mode(tokenizer, mode),
         "prompt_tokens": len(prompt_ids),
         "token_ids": ids,
-        "text": pipeline.decode(tokenizer, ids),
+        "text": prompt.decode(tokenizer, ids),
         "stats": stats,
     }
 

@@ -50,7 +50,7 @@ from core.bench.report import (  # noqa: F401  (re-exported: the pure arithmetic
     acceptance_table, category_table, mean_tokens_per_s, pooled_tau, spec_bench_speedup, step_table, summarize_rows,
     summary_table, vocab_table, write_html,
 )
-from core import pipeline
+from core import pipeline, prompt
 from core.cli import fail
 from core.engine.autotree import choose_tree, describe
 from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
@@ -349,7 +349,7 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
         torch.set_num_threads(a.threads)
     target, tok, baseline, eagle, loader = load_stack(a.model, a.head, a.device, a.dtype,
                                                       getattr(a, "trust_remote_code", False))
-    prompts = [pipeline.encode_prompt(tok, q["turns"][0], "raw" if a.raw else "auto") for q in questions]
+    prompts = [prompt.encode_prompt(tok, q["turns"][0], "raw" if a.raw else "auto") for q in questions]
     if plan.tree is None and not uses_run_tree(plan):  # nothing drafts with auto's tree: skip its calibration
         tree, tree_info = plan.decode.tree, {"source": "unused: no method drafts with the run's tree"}
     else:
