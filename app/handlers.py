@@ -38,6 +38,7 @@ from core.engine.autotree import TreePlan
 from core.engine.config import DecodeConfig, DecodeError
 from core.engine.events import StepEvent, summarize
 from core.engine.exactness import Divergence, divergence_of, short_name
+from core.lanes import Lane
 from core.prompt import PromptError, encode_prompt, prompt_limit
 from core.prompt import prompt_mode as resolve_prompt_mode
 
@@ -102,7 +103,8 @@ class Playground:
             return closed[0] or bool(should_stop and should_stop())
 
         decoders = {"baseline": self.baseline, "compare": self.compare.get(compare), "eagle": self.eagle}
-        gens = {lane: decoders[lane].generate(prompt_ids, cfg, stop) for lane in lanes}
+        racers = [Lane(name, decoders[name]) for name in lanes]  # the request's tree for every lane (core/lanes.py)
+        gens = {lane.name: lane.generate(prompt_ids, cfg, stop) for lane in racers}
         try:
             yield from race(gens)
         finally:

@@ -52,6 +52,7 @@ from core.bench.report import (  # noqa: F401  (re-exported: the pure arithmetic
 )
 from core import pipeline, prompt
 from core.cli import fail
+from core.lanes import SPECIAL_HEADS, LaneSpec, build_lane
 from core.engine.autotree import choose_tree, describe
 from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
 
@@ -87,6 +88,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--limit", type=int, default=0, help="cap on the number of prompts")
     p.add_argument("--max-new-tokens", type=int, required=True)
     p.add_argument("--methods", default="hf,baseline,eagle2", help="comma list of " + ",".join(METHODS))
+    p.add_argument("--lane", action="append", default=[], metavar="NAME=HEAD@TREE",
+                   help="an extra lane, repeatable: HEAD = baseline | head (the run's --head) | lookup | a head folder; "
+                        "TREE = T,D,K[,L[,S]] (left out: the run's tree). Methods are shorthands for lanes "
+                        "(core/lanes.py)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--model", default=None, help="target model name, folder or hub id (default gemma-3-270m)")
     p.add_argument("--head", default=None, help="EAGLE head folder (default: the pipeline's default head)")
@@ -125,6 +130,14 @@ def validate(a: argparse.Namespace) -> Plan:
         raise BenchError(f"unknown method(s) {unknown or a.methods!r}; choose from {','.join(METHODS)}")
     if len(set(methods)) != len(methods):
         raise BenchError(f"duplicate method in {a.methods!r}")
+    lanes = tuple(LaneSpec.parse(s) for s in getattr(a, "lane", []))
+    taken = [n for n in (ln.name for ln in lanes) if n in METHODS or [ln.name for ln in lanes].count(n) > 1]
+    if taken:
+        raise BenchError(f"--lane name {taken[0]!r} is a method name or given twice")
+    for ln in lanes:
+        if ln.head not in SPECIAL_HEADS:
+            pipeline.check_head_path(ln.head)
+    methods += tuple(ln.name for ln in lanes)
     if "eagle2-greedy-tree" in methods and a.tree != "auto":
         raise BenchError("eagle2-greedy-tree compares auto's greedy plan with eagle2's: it needs --tree auto")
     if any(m in B_METHODS for m in methods) != bool(getattr(a, "head_b", None)):
@@ -151,7 +164,7 @@ def validate(a: argparse.Namespace) -> Plan:
     sampling = SamplingConfig(temperature=a.temperature, seed=a.seed)
     decode = DecodeConfig(max_new_tokens=a.max_new_tokens, sampling=sampling, tree=tree or TreeConfig())
     cats = frozenset(c.strip() for c in a.categories.split(",") if c.strip())
-    return Plan(methods, cats, tree, head_tree, decode, head_tree_b)
+    return Plan(methods, cats, tree, head_tree, decode, head_tree_b, lanes)
 
 
 # ------------------------------------------------------------------------------------------------ loading
@@ -190,12 +203,14 @@ def divergence_record(reference: Outcome, o: Outcome, dtype: torch.dtype | str) 
     return {k: v for k, v in d.as_dict().items() if k != "label"}
 
 
-def draft_vocab_masks(methods: tuple[str, ...], eagle=None, eagle_b=None, medusa=None) -> dict[str, torch.Tensor]:
+def draft_vocab_masks(methods: tuple[str, ...], eagle=None, eagle_b=None, medusa=None,
+                      lanes: dict | None = None) -> dict[str, torch.Tensor]:
     """Method -> (V,) bool CPU mask of the target ids its head can draft, for methods whose head drafts over a reduced
     vocabulary (EAGLE-1/2 `--draft-vocab` or a folder's draft_vocab.json, EAGLE-3's d2t); methods drafting over the
     full vocabulary are absent."""
     decoder = {m: eagle for m in ("eagle2", "eagle2-head", "eagle2-chain", "eagle2-greedy-tree")}
     decoder.update({m: eagle_b for m in B_METHODS}, medusa=medusa)
+    decoder.update({n: lane.decoder for n, lane in (lanes or {}).items()})
     out = {}
     for m in methods:
         drafter = getattr(decoder.get(m), "drafter", None)
@@ -228,7 +243,7 @@ def make_row(q: dict, method: str, o: Outcome, reference: Outcome | None, dtype:
     if o.stats is not None:  # our decoders: mean ms per decode step (prefill excluded), split by what it ran
         verify, draft, other = o.stats.step_split_ms
         row["step_ms"] = {"target": verify, "draft": draft, "other": other, "steps": o.stats.target_forwards - 1}
-    if method in EAGLE_METHODS and o.stats is not None:
+    if (method in EAGLE_METHODS or o.drafted) and o.stats is not None:
         row.update(steps=o.stats.steps, accepted_drafts=o.stats.accepted_drafts, drafted_tokens=o.stats.drafted_tokens,
                    accept_rate=o.stats.accept_rate, accept_hist=list(o.stats.accept_hist),
                    depth_accept=list(o.stats.depth_accept))
@@ -308,7 +323,9 @@ def machine_config(a: argparse.Namespace, plan: Plan, target, tree: TreeConfig, 
         "head_tree": asdict(replace(plan.head_tree or tree, lookup=0)) if "eagle2-head" in plan.methods else None,
         "head_tree_b": asdict(replace(plan.head_tree_b or plan.head_tree or tree, lookup=0))
         if "eagle2-head-b" in plan.methods else None,
-        "methods": list(plan.methods), "temperature": plan.decode.sampling.temperature,
+        "methods": list(plan.methods),
+        "lanes": {s.name: {"head": s.head, "tree": asdict(s.tree) if s.tree else None} for s in plan.lanes} or None,
+        "temperature": plan.decode.sampling.temperature,
         "top_p": plan.decode.sampling.top_p, "top_k": plan.decode.sampling.top_k, "seed": a.seed,
         "max_new_tokens": plan.decode.max_new_tokens, "questions": a.questions,
         "categories": sorted(plan.categories) or "all", "per_category": a.per_category, "limit": a.limit,
@@ -364,7 +381,8 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
     if "medusa" in plan.methods:
         medusa_path = getattr(a, "medusa_head", None) or pipeline.default_medusa_head(a.model)
         medusa = pipeline.decoder_for(medusa_path, target)
-    runners = make_runners(plan, target, tok, baseline, eagle, tree, eagle_b, greedy_tree, medusa)
+    lanes = {s.name: build_lane(s, target, baseline, eagle) for s in plan.lanes}
+    runners = make_runners(plan, target, tok, baseline, eagle, tree, eagle_b, greedy_tree, medusa, lanes)
     compare = plan.decode.sampling.greedy and "baseline" in plan.methods
     print(f"[bench] {target.name} on {target.device} ({target.dtype}), {len(questions)} prompts, "
           f"methods {','.join(plan.methods)}, tree {tree} ({describe(tree)}; {tree_info['source']}); warming up ...",
@@ -373,7 +391,7 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
     try:
         rows = run_bench(questions, prompts, runners, plan.methods, target.device, a.seed, compare, progress,
                          make_scorers(plan, target, tok, tree), target.dtype, a.repeats,
-                         draft_vocab_masks(plan.methods, eagle, eagle_b, medusa))
+                         draft_vocab_masks(plan.methods, eagle, eagle_b, medusa, lanes))
     finally:
         bar.close()
     head_trained = eagle.drafter.trained

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.engine.config import DecodeConfig, TreeConfig
+from core.lanes import LaneSpec
 
 
 @dataclass(frozen=True)
@@ -17,3 +18,4 @@ class Plan:
     head_tree: TreeConfig | None  # None = the run's tree
     decode: DecodeConfig  # sampling seed is replaced per prompt
     head_tree_b: TreeConfig | None = None  # eagle2-head-b's head-alone tree; None = head_tree's
+    lanes: tuple[LaneSpec, ...] = ()  # --lane NAME=HEAD@TREE; their names close `methods` (core/lanes.py)

@@ -32,6 +32,7 @@ class Outcome:
     stats: RunStats | None = None  # our decoders only
     margins: tuple[float, ...] = ()  # per token: top-1 minus top-2 logit (core/engine/exactness.py); hf: filled on demand
     top_logits: tuple[float, ...] = ()
+    drafted: bool = False  # our speculative decoders: the row carries tree statistics
 
 
 Runner = Callable[[list[int], int], object]  # (prompt ids, seed) -> raw output, timed as a whole
@@ -121,7 +122,8 @@ def core_runner(decoder, cfg: DecodeConfig) -> tuple[Runner, Digest]:
     def digest(events, seconds: float) -> Outcome:
         st = summarize(events)
         return Outcome(tuple(t for e in events for t in e.new_token_ids), seconds, st.target_forwards, st,
-                       tuple(m for e in events for m in e.margins), tuple(t for e in events for t in e.top_logits))
+                       tuple(m for e in events for m in e.margins), tuple(t for e in events for t in e.top_logits),
+                       hasattr(decoder, "drafter"))
 
     return run, digest
 
@@ -143,14 +145,17 @@ def uses_run_tree(plan: Plan) -> bool:
     """Whether any method drafts with the run's tree (--tree): eagle2 and the chains always, the head-alone methods
     when no --head-tree is given. Only then does `--tree auto` need its calibration (about a minute on a CPU)."""
     users = RUN_TREE_METHODS | (HEAD_TREE_METHODS if plan.head_tree is None else frozenset())
-    return bool(users & set(plan.methods))
+    lanes = any(ln.tree is None and ln.head != "baseline" for ln in plan.lanes)  # a lane without its own tree
+    return lanes or bool(users & set(plan.methods))
 
 
 def make_runners(plan: Plan, target, tok, baseline, eagle, tree: TreeConfig,
-                 eagle_b=None, greedy_tree: TreeConfig | None = None, medusa=None) -> dict[str, tuple[Runner, Digest]]:
+                 eagle_b=None, greedy_tree: TreeConfig | None = None, medusa=None,
+                 lanes: dict | None = None) -> dict[str, tuple[Runner, Digest]]:
     """Method name -> (timed runner, digest). `eagle_b`: the decoder over --head-b, for the *-b methods;
     `greedy_tree`: auto's greedy plan, for eagle2-greedy-tree; `medusa`: the Medusa decoder, which drafts with the
-    head-alone tree of eagle2-head (same budget, no lookup), so the two heads race on equal terms."""
+    head-alone tree of eagle2-head (same budget, no lookup), so the two heads race on equal terms; `lanes`: --lane's
+    `Lane`s (core/lanes.py), each timed with its own decoder and tree."""
     cfg = DecodeConfig(plan.decode.max_new_tokens, plan.decode.sampling, tree)
     variant = {"eagle2-head": replace(plan.head_tree or tree, lookup=0), "eagle2-chain": chain_tree(tree),
                "lookup": TreeConfig(total_tokens=1, depth=1, top_k=1, lookup=PLD_TOKENS),
@@ -167,6 +172,7 @@ def make_runners(plan: Plan, target, tok, baseline, eagle, tree: TreeConfig,
                       core_runner(eagle_b, DecodeConfig(cfg.max_new_tokens, cfg.sampling, t)))
            for m in ("eagle2-head", "eagle2-chain")},
         "medusa": lambda: core_runner(medusa, DecodeConfig(cfg.max_new_tokens, cfg.sampling, variant["eagle2-head"])),
+        **{name: (lambda lane=lane: core_runner(lane.decoder, lane.config(cfg))) for name, lane in (lanes or {}).items()},
     }
     return {m: table[m]() for m in plan.methods}
 
