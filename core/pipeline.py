@@ -69,13 +69,18 @@ def build_head(target: TargetModel, head: str | Path | None, model: str | None =
 
 def decoder_for(head: nn.Module | str | Path | None, target: TargetModel, method: str | None = None) -> Eagle2Decoder:
     """The one place a speculative decoder is built: a head (loaded, or a folder to read) bound to the target by the
-    head registry's drafter (EAGLE-1/2, EAGLE-3, Medusa); None = no head, the context-lookup chain alone.
-    ValueError (one line) when the folder is unreadable or the head was built for another target."""
+    head registry's drafter (EAGLE-1/2, EAGLE-3, Medusa); None = no head, the context-lookup chain alone. The
+    drafter's acceleration step runs here when its target had its own. ValueError (one line) when the folder is
+    unreadable or the head was built for another target."""
     if head is None:
         return Eagle2Decoder(target, LookupDrafter(), method)
     if isinstance(head, (str, Path)):
         head = read_head(head, target)
-    return Eagle2Decoder(target, make_drafter(head, target), method)
+    drafter = make_drafter(head, target)
+    accelerate = getattr(drafter, "accelerate", None)  # optional in the Drafter contract
+    if accelerate is not None and getattr(target, "accelerated", False):
+        accelerate()  # the acceleration step follows the target's (load_target runs it; fakes and GPUs skip it)
+    return Eagle2Decoder(target, drafter, method)
 
 
 def build_decoders(

@@ -57,8 +57,8 @@ def test_lm_head_kernel_is_chosen_by_timing_it(monkeypatch, fast):
     tie here and the first, linear(), stays."""
     monkeypatch.setattr(kernels, "fastest", lambda cands, rounds=5: {k: 1.0 if k == fast else 2.0 for k in cands})
     bf16_kernels = kernels.head_candidates(torch.zeros(1, dtype=torch.bfloat16))
-    assert bf16_target("llama").head_kernel == (fast if fast in bf16_kernels else "linear")
-    assert TargetModel(copy.deepcopy(tiny_model("llama")), name="fp32").head_kernel == fast
+    assert bf16_target("llama").accelerate().head_kernel == (fast if fast in bf16_kernels else "linear")
+    assert TargetModel(copy.deepcopy(tiny_model("llama")), name="fp32").accelerate().head_kernel == fast
 
 
 @pytest.mark.parametrize("kernel", kernels.HEAD_KERNELS)

@@ -75,7 +75,7 @@ def test_lazy_rows_only_where_one_row_costs_under_half_of_eight(monkeypatch, tim
     monkeypatch.setattr(kernels, "time_head_kernels",
                         lambda w, rounds=5, packed=None: {k: (dict(times) if k == "linear" else {1: 999.0, 8: 999.0})
                                              for k in kernels.head_candidates(w)})
-    tgt = TargetModel(copy.deepcopy(tiny_model("llama")), name="fp32")
+    tgt = TargetModel(copy.deepcopy(tiny_model("llama")), name="fp32").accelerate()
     assert tgt.head_kernel == "linear" and tgt.lazy_rows is lazy
 
 

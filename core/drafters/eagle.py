@@ -53,19 +53,31 @@ class EagleDrafter:
         full = len(ids) == target.vocab_size and bool((ids.cpu() == torch.arange(len(ids))).all())
         self.vocab_ids = None if full else ids.to(target.device)
         self.w_draft = self._draft_rows(full)  # (Vd, H)
-        # CPU: the head's layers and draft rows in oneDNN's packed layout (core/models/kernels.py), kept where timed faster
+        self._layers = fuse_projections(self.head)  # q/k/v and gate/up as one product each while drafting
+        self._shared = self.w_draft is target.lm_head_weight  # the full vocabulary: the target's own head and timing
+        # the acceleration step's choices, plain until `accelerate()` runs (core/pipeline.py decoder_for runs it)
         self.packed = kernels.PackedWeights()
-        layers = fuse_projections(self.head)  # q/k/v and gate/up as one product each while drafting
-        shared = self.w_draft is target.lm_head_weight  # the full vocabulary: the target's own head and timing
-        self.rows_packed = target.packed if shared else self.packed
-        *_, layers_packed = self.packed.add_within(([] if shared else [[self.w_draft]])
-                                                   + [[w for w in layers if w is not self.w_draft]])
-        # each draft level multiplies top_k rows by w_draft: its kernel is timed here, as the target's is
-        self.head_kernel = target.head_kernel if shared else kernels.head_kernel(self.w_draft, packed=self.packed)
-        # and runs the head's layers on top_k rows: through the packed weights at the row counts timed faster
+        self.rows_packed = target.packed if self._shared else self.packed
+        self.head_kernel = target.head_kernel if self._shared else "linear"
+        self.onednn_rows: frozenset[int] = frozenset()
+
+    def accelerate(self) -> "EagleDrafter":
+        """The acceleration step for the drafter, after its target's (TargetModel.accelerate): on CPU the head's
+        layers and draft rows in oneDNN's packed layout (core/models/kernels.py), kept where timed faster. Each draft
+        level multiplies top_k rows by w_draft, so its kernel is timed here as the target's is (the full vocabulary
+        reuses the target's choice), and the head's layers run through the packed weights at the row counts timed
+        faster. Returns the drafter."""
+        self.head_kernel = self.target.head_kernel if self._shared else "linear"
+        if self.target.device.type != "cpu":
+            return self
+        *_, layers_packed = self.packed.add_within(([] if self._shared else [[self.w_draft]])
+                                                   + [[w for w in self._layers if w is not self.w_draft]])
+        if not self._shared:
+            self.head_kernel = kernels.head_kernel(self.w_draft, packed=self.packed)
         self.onednn_rows = self._time_layers() if layers_packed else frozenset()
         rows_kept = self.head_kernel == "onednn"
         self.packed.discard(keep=lambda w: (rows_kept if w is self.w_draft else bool(self.onednn_rows)))
+        return self
 
     @property
     def trained(self) -> bool:

@@ -99,11 +99,19 @@ class MedusaDrafter:
         self.target = target
         self.vocab_ids = self.head.vocab_ids.to(target.device)
         self.w_draft = target.lm_head_weight[self.vocab_ids]  # (Vd, H)
-        self.packed = kernels.PackedWeights()  # CPU: the draft rows in oneDNN's packed layout (core/models/kernels.py)
+        self.packed = kernels.PackedWeights()  # the acceleration step's choices, plain until accelerate()
+        self.head_kernel = "linear"
+
+    def accelerate(self) -> "MedusaDrafter":
+        """The acceleration step (CPU): the draft rows in oneDNN's packed layout (core/models/kernels.py), kept when
+        that product is timed fastest on this machine. Returns the drafter."""
+        if self.target.device.type != "cpu":
+            return self
         self.packed.add_within([[self.w_draft]])
         self.head_kernel = kernels.head_kernel(self.w_draft, packed=self.packed)  # timed on this machine
         if self.head_kernel != "onednn":
             self.packed.discard()
+        return self
 
     @property
     def trained(self) -> bool:

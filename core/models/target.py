@@ -44,19 +44,37 @@ class TargetModel:
         eos = eos if eos is not None else cfg.eos_token_id
         self.eos_ids: frozenset[int] = frozenset(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
         self.max_positions: int = int(getattr(cfg, "max_position_embeddings", 8192) or 8192)
-        # CPU: the LM head and the body's linear weights in oneDNN's packed layout (core/models/kernels.py PackedWeights),
-        # as far as half the spare memory allows, timed below against the plain products; the copies the timing
-        # did not pick are dropped
-        self.packed = kernels.PackedWeights()
+        # the acceleration step's choices, plain until `accelerate()` runs (the product runs it after loading)
+        self.packed = kernels.PackedWeights()  # oneDNN-packed copies of weights, kept where timed faster
+        self.head_kernel, self.lazy_rows = "linear", False  # the LM-head product; verify rows on demand
+        self.onednn_rows: frozenset[int] = frozenset()  # row counts whose forwards take the oneDNN route
+        self.accelerated = False
+        self.dtype_timing: dict[str, float] | None = None  # set by load_target when it timed bf16 against fp32
+
+    def accelerate(self, pinned: dict | None = None) -> "TargetModel":
+        """The acceleration step, run once by the product after loading (load_target) and never inside a
+        constructor, so test fakes and other devices skip it and the choice is visible where it is made. On CPU: the
+        LM head and the body's linear weights in oneDNN's packed layout (core/models/kernels.py PackedWeights), as far
+        as half the spare memory allows, timed against the plain products; which LM-head product is fastest here and
+        whether a verify computes only visited rows; the row counts at which a forward ran faster through oneDNN; the
+        copies the timing did not pick are dropped. Elsewhere every product stays plain (the timing picks nothing off
+        CPU). `pinned` (a `kernel_choices()` record, e.g. a bench's) applies earlier choices instead of timing, so two
+        runs compute with the same products. Returns the target."""
+        if self.accelerated:
+            return self
+        self.accelerated = True
+        if self.device.type != "cpu":
+            return self
         self.packed.add_within([[self.lm_head_weight], kernels.linear_weights(self.decoder)])
-        # CPU: which LM-head product is fastest on this machine, and whether a verify computes only visited rows
-        self.head_kernel, self.lazy_rows = self._time_lm_head()
-        # CPU: the row counts at which a forward ran faster with its linear layers through oneDNN (core/models/kernels.py)
-        self.onednn_rows: frozenset[int] = frozenset()  # empty while _time_body's own forwards run
-        self.onednn_rows = self._time_body()
+        if pinned is not None:
+            self.head_kernel, self.lazy_rows = pinned["lm_head"], bool(pinned["lazy_rows"])
+            self.onednn_rows = frozenset(pinned["body_onednn_rows"])
+        else:
+            self.head_kernel, self.lazy_rows = self._time_lm_head()
+            self.onednn_rows = self._time_body()  # empty while _time_body's own forwards run
         head_w, head_kept = self.lm_head_weight, self.head_kernel == "onednn"
         self.packed.discard(keep=lambda w: head_kept if w is head_w else bool(self.onednn_rows))
-        self.dtype_timing: dict[str, float] | None = None  # set by load_target when it timed bf16 against fp32
+        return self
 
     def _time_lm_head(self) -> tuple[str, bool]:
         """(kernel, lazy rows): the LM-head product (core/models/kernels.py HEAD_KERNELS) measured fastest for this head on
@@ -272,6 +290,6 @@ def load_target(
     ).to(dev)
     model.eval()
     tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    target = TargetModel(model, name=name or DEFAULT_MODEL)
+    target = TargetModel(model, name=name or DEFAULT_MODEL).accelerate()  # the acceleration step (CPU)
     target.dtype_timing = timing
     return target, tok
