@@ -172,7 +172,8 @@ def make_runners(plan: Plan, target, tok, baseline, eagle, tree: TreeConfig,
                       core_runner(eagle_b, DecodeConfig(cfg.max_new_tokens, cfg.sampling, t)))
            for m in ("eagle2-head", "eagle2-chain")},
         "medusa": lambda: core_runner(medusa, DecodeConfig(cfg.max_new_tokens, cfg.sampling, variant["eagle2-head"])),
-        **{name: (lambda lane=lane: core_runner(lane.decoder, lane.config(cfg))) for name, lane in (lanes or {}).items()},
+        **{name: (lambda lane=lane: core_runner(lane.decoder, lane.config(cfg)))
+           for name, lane in (lanes or {}).items()},
     }
     return {m: table[m]() for m in plan.methods}
 

@@ -1,8 +1,8 @@
 """The EAGLE drafters (EAGLE-1/2 heads and EAGLE-3 heads), implementations of the drafter contract.
 
-The contract (`Drafter`, `DraftPool`) lives beside the loop in core/engine/contract.py; a new drafter is one file with a
-head, its drafter and its loader, plus one line in core/drafters/heads.py's registry (the Medusa head in core/drafters/medusa.py is
-the example).
+The contract (`Drafter`, `DraftPool`) lives beside the loop in core/engine/contract.py; a new drafter is one file
+with a head, its drafter and its loader, plus one line in core/drafters/heads.py's registry (the Medusa head in
+core/drafters/medusa.py is the example).
 
 EAGLE drafting: the draft cache (`DraftState`) belongs to one decode call and keeps only entries computed from REAL
 target features (prompt and accepted tokens); tree-expansion entries are written after them, in place, and the

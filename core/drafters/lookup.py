@@ -8,8 +8,8 @@ from core.engine.config import TreeConfig
 
 
 class LookupDrafter:
-    """No head: the step's only guesses are the context-lookup chain the loop grafts (core/engine/lookup.py), i.e. prompt
-    lookup decoding inside our engine. Token-level and free: nothing to commit, nothing to grow."""
+    """No head: the step's only guesses are the context-lookup chain the loop grafts (core/engine/lookup.py), i.e.
+    prompt lookup decoding inside our engine. Token-level and free: nothing to commit, nothing to grow."""
 
     kind = "lookup"
     trained = True  # nothing to train: its guesses are copies of the context, not an untrained network's
