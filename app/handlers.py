@@ -35,17 +35,18 @@ from app.render import (
 from app.history import finished_run, run_settings
 from app.startup import auto_or_parse, warm_up  # noqa: F401
 from app.state import RunRecord
-from core.autotree import TreePlan
-from core.config import DecodeConfig, DecodeError
+from core.engine.autotree import TreePlan
+from core.engine.config import DecodeConfig, DecodeError
 from core.conversation import answered, check_messages, encode_messages, with_system
-from core.events import StepEvent, summarize
-from core import choices
-from core.eagle import NON_FINITE_DRAFT_NOTE
-from core.exactness import Divergence, divergence_of, short_name
-from core.metrics_names import with_serving_names
-from core.stops import check_stops, stop_at
-from core.pipeline import encode_prompt
-from core.pipeline import prompt_mode as resolve_prompt_mode
+from core.engine.events import StepEvent, summarize
+from core.models import choices
+from core.engine.eagle import NON_FINITE_DRAFT_NOTE
+from core.engine.exactness import Divergence, divergence_of, short_name
+from core.lanes import Lane
+from core.engine.metrics_names import with_serving_names
+from core.engine.stops import check_stops, stop_at
+from core.prompt import PromptError, encode_prompt, prompt_limit
+from core.prompt import prompt_mode as resolve_prompt_mode
 
 OUTPUTS = ("baseline-output", "eagle-output", "stats", "stats-charts", "draft-tree", "step-slider",
            "compare-output", "compare-tree", "state")  # the two-lane outputs first, the third lane's after, state last
@@ -98,7 +99,7 @@ class Playground:
                                           prompt_tokens=max_prompt_tokens or lim.prompt_tokens)
         self.cap, self.prompt_cap = self.limits.max_new_tokens, self.limits.prompt_tokens
         self.queue = None  # the app's gradio Queue, set by build_demo: lets a request notice its client has gone
-        target = baseline.target  # core.events.Decoder: None for a fake without a model
+        target = baseline.target  # core.engine.events.Decoder: None for a fake without a model
         self.model = str(target.name or type(target).__name__) if target is not None else "unknown"
         self.dtype = target.dtype if target is not None else "float32"  # a divergence's near-tie tolerance
         self._labels: dict[int, str] = {}  # token id -> tree label; a pure tokenizer cache, not user data
@@ -121,15 +122,16 @@ class Playground:
                     decoders: dict | None = None, stops: tuple[str, ...] = ()) -> Iterator[tuple[str, StepEvent]]:
         """The lanes' decoders raced step by step until done or should_stop(); closing this generator stops all.
         `decoders`: by lane, bound when the request started (a model switch never changes a request's decoders).
-        Each lane ends on its own once its text contains one of `stops` (core/stops.py)."""
+        Each lane ends on its own once its text contains one of `stops` (core/engine/stops.py)."""
         closed = [False]
 
         def stop() -> bool:
             return closed[0] or bool(should_stop and should_stop())
 
         decoders = decoders or {"baseline": self.baseline, "compare": self.compare.get(compare), "eagle": self.eagle}
+        racers = [Lane(name, decoders[name]) for name in lanes]  # the request's tree for every lane (core/lanes.py)
         text = lambda ids: self.tok.decode(ids, skip_special_tokens=True)  # noqa: E731
-        gens = {lane: stop_at(decoders[lane].generate(prompt_ids, cfg, stop), text, stops) for lane in lanes}
+        gens = {lane.name: stop_at(lane.generate(prompt_ids, cfg, stop), text, stops) for lane in racers}
         try:
             yield from race(gens)
         finally:
@@ -245,14 +247,14 @@ class Playground:
             raise user_error(str(e), "Invalid setting") from None
         try:
             ids = self.encode(prompt) if convo is None else encode_messages(self.tok, with_system(convo, self.system))
+        except PromptError as e:  # e.g. "prompt encodes to no tokens"
+            raise user_error(f"The {e}.", "Empty prompt") from None
         except Exception as e:  # noqa: BLE001 - a tokenizer that refuses odd text (e.g. lone surrogates)
             raise user_error(f"The prompt cannot be tokenized: {type(e).__name__}", "Invalid prompt") from None
         if not ids:
             raise user_error("The prompt encodes to no tokens.", "Empty prompt")
-        limit = self.prompt_cap
         max_pos = self.baseline.target.max_positions if self.baseline.target is not None else None
-        if max_pos:
-            limit = min(limit, max_pos - cfg.max_new_tokens - cfg.tree.reach - 1)
+        limit = prompt_limit(max_pos, cfg, self.prompt_cap)  # the one fit rule (core/prompt.py)
         if len(ids) > limit:
             raise user_error(f"The prompt is {len(ids)} tokens; at most {max(limit, 0)} fit with these settings.",
                              "Prompt too long")
@@ -393,9 +395,7 @@ class Playground:
 
     def encode(self, prompt: str) -> list[int]:
         """Prompt text -> ids: raw text for base models, one user turn of the chat template for chat models."""
-        if self.mode == "chat":
-            return encode_prompt(self.tok, prompt, "chat", self.system)
-        return list(self.tok.encode(prompt))
+        return encode_prompt(self.tok, prompt, self.mode, self.system)
 
     def label(self, token_id: int) -> str:
         if token_id not in self._labels:
@@ -456,7 +456,7 @@ class Playground:
         statistics and the speedup (EAGLE-2 tokens/s over baseline tokens/s). Tree settings left out take the tree
         the UI would show for this temperature (planned per regime by `--tree auto`); `tree` in the result says
         which tree ran, and every drafting lane uses it. At T = 0, `divergence` says where outputs that differ part
-        ways (index, both top-2 margins, near_tie, tolerance, label, dtype; core/exactness.py), else None. `note`
+        ways (index, both top-2 margins, near_tie, tolerance, label, dtype; core/engine/exactness.py), else None. `note`
         says why a run stopped early (the time budget per request), else it is empty. A third lane adds
         `compare_method`, `compare_text`, `compare_token_ids`, `compare_identical`, `compare` (statistics),
         `compare_speedup` (over baseline) and `eagle_vs_compare` (EAGLE-2 tokens/s over the token-level lane's).
@@ -465,7 +465,7 @@ class Playground:
         message must be one), all of it goes through the chat template, and the result's `messages` is the history
         with the target's own answer (the baseline lane's text) appended: send it back with the next prompt.
         `stop`: stop strings; each lane ends once its text contains one. Each lane's statistics carry vLLM's metric
-        names beside this project's (core/metrics_names.py)."""
+        names beside this project's (core/engine/metrics_names.py)."""
         self.check_queue_wait(request, "run")
         settings = RunSettings(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
                                compare, stop_below, messages, stop)
@@ -485,7 +485,7 @@ class Playground:
             "baseline_text": self.tok.decode(record.ids("baseline"), skip_special_tokens=True),
             "eagle_text": self.tok.decode(record.ids("eagle"), skip_special_tokens=True),
             "identical": record.ids("baseline") == record.ids("eagle"),
-            # first differing token, both runs' top-2 margins there, near_tie (core/exactness.py); None if none
+            # first differing token, both runs' top-2 margins there, near_tie (core/engine/exactness.py); None if none
             "divergence": div.as_dict() | {"dtype": short_name(self.dtype)} if div else None,
             "greedy": record.greedy,
             "baseline_token_ids": record.ids("baseline"),
@@ -495,7 +495,7 @@ class Playground:
             "speedup": e / b if b else 0.0,
             "tree": dataclasses.asdict(cfg.tree),
             "note": record.note,
-            # the dtype and kernel routes this ran with, pinned or timed (core/choices.py); None for a fake target
+            # the dtype and kernel routes this ran with, pinned or timed (core/models/choices.py); None for a fake target
             "choices": choices.describe(self.baseline.target, getattr(self.eagle, "drafter", None))
             if self.baseline.target is not None else None,
         }

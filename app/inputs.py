@@ -10,7 +10,7 @@ from types import MappingProxyType
 
 import gradio as gr
 
-from core.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
 
 MAX_NEW_TOKENS = 1024  # UI / API cap (core accepts more; this keeps a public demo responsive)
 MAX_PROMPT_TOKENS = 4096
@@ -38,7 +38,7 @@ class RunSettings:
     compare: object = "none"
     stop_below: object = None  # after compare: positional /run callers of earlier versions keep their meaning
     messages: object = None  # the conversation before this turn ({role, content} list; core/conversation.py) or None
-    stop: object = None  # stop strings: a list, or text with one per line (core/stops.py); last, for the same reason
+    stop: object = None  # stop strings: a list, or text with one per line (core/engine/stops.py); last, for the same reason
 
     TREE_FIELDS = ("total_tokens", "depth", "top_k", "lookup", "stop_below")
 

@@ -13,7 +13,7 @@ from app.handlers import LANE_TITLES, step_slider
 from app.links import LINK_FIELDS, copy_js, from_query
 from app.plots import stats_figure, tree_figure
 from app.why import why_html
-from core.events import RunStats
+from core.engine.events import RunStats
 
 STATE_TTL_S = 1800
 

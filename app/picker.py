@@ -1,6 +1,6 @@
 """Model and head picker: switch the served model among the offered presets, or try a head folder of your own.
 
-Offered presets (`offered`): the offline presets whose packages are installed (core/presets.py); hub presets only
+Offered presets (`offered`): the offline presets whose packages are installed (core/models/presets.py); hub presets only
 when EAGLE_PRESETS names them, since a hub preset downloads on first use and this app never reaches for the network
 on its own. On a Space, EAGLE_PRESETS=a,b sets the offered set (and its order; the first is the default).
 
@@ -41,14 +41,14 @@ class Bundle:
     baseline: object
     eagle: object
     compare: dict = field(default_factory=dict)
-    trees: object = None  # core.autotree.TreePlan; None keeps the Playground's
+    trees: object = None  # core.engine.autotree.TreePlan; None keeps the Playground's
     info: str = ""
 
 
 def offered(env: str | None = None, presets=None) -> list[str]:
     """Preset names the picker offers: EAGLE_PRESETS (comma-separated, known and installed ones, in that order), else
     every installed offline preset."""
-    from core.presets import PRESETS
+    from core.models.presets import PRESETS
 
     presets = PRESETS if presets is None else presets
     by_name = {p.name: p for p in presets}
@@ -62,9 +62,9 @@ def offered(env: str | None = None, presets=None) -> list[str]:
 def load_preset(name: str, device: str | None = None, dtype: str | None = None) -> Bundle:
     """A preset's target, shipped head and token-level lanes, warmed up, with the preset's recommended tree."""
     from app.startup import compare_decoders, info_line, warm_up
-    from core.autotree import TreePlan
+    from core.engine.autotree import TreePlan
     from core.pipeline import build_decoders
-    from core.presets import get_preset
+    from core.models.presets import get_preset
 
     target, tok, baseline, eagle = build_decoders(name, None, device, dtype)
     lanes = compare_decoders(target)
@@ -113,8 +113,8 @@ def interop_report(folder: Path) -> str:
 
 def bind_head(bundle: Bundle, folder: Path) -> Bundle:
     """The bundle with its EAGLE-2 lane drafting with the head in `folder`; ValueError when it does not fit."""
-    from core.eagle import Eagle2Decoder
-    from core.heads import make_drafter
+    from core.engine.eagle import Eagle2Decoder
+    from core.drafters.heads import make_drafter
     from core.pipeline import read_head
 
     target = bundle.baseline.target
@@ -151,7 +151,7 @@ class Picker:
 
     def _serve(self, bundle: Bundle) -> None:
         """Point the Playground at `bundle` (requests already running keep their own decoders)."""
-        from core.pipeline import prompt_mode
+        from core.prompt import prompt_mode
 
         pg = self.pg
         pg.tok, pg.baseline, pg.eagle = bundle.tokenizer, bundle.baseline, bundle.eagle

@@ -14,12 +14,12 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from app.theme import themed
-from core.events import RunStats, StepEvent, TreeNode
+from core.engine.events import RunStats, StepEvent, TreeNode
 
 ACCEPT = "#e4572e"  # accepted path
 EDGE = "#b8bec8"
 BONUS = "#7c3aed"  # violet: visible on the light and the dark theme
-LOOKUP = "#f4a259"  # nodes copied from the context (core/lookup.py)
+LOOKUP = "#f4a259"  # nodes copied from the context (core/engine/lookup.py)
 PROB_SCALE = "Viridis"
 
 

@@ -11,7 +11,7 @@ import logging
 from typing import Iterator
 
 from app.zerogpu import gpu_seconds, spaces_module  # noqa: F401  (ZeroGPU's plumbing lives in app/zerogpu.py)
-from core.events import StepEvent, summarize
+from core.engine.events import StepEvent, summarize
 
 log = logging.getLogger("eagle_playground.requests")
 

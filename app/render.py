@@ -13,9 +13,9 @@ from __future__ import annotations
 import html
 from typing import Iterable, Protocol, Sequence
 
-from core.events import RunStats, StepEvent
-from core.exactness import NEAR_TIE_ULPS, Divergence
-from core.metrics_names import mean_acceptance_length
+from core.engine.events import RunStats, StepEvent
+from core.engine.exactness import NEAR_TIE_ULPS, Divergence
+from core.engine.metrics_names import mean_acceptance_length
 
 CONTEXT_TOKENS = 16  # prompt tokens decoded in front of the output, so word-initial spaces render as in context
 MAX_DEPTH_CLASS = 12  # style.css defines .d0 .. .d12; deeper drafts share the last colour
@@ -96,7 +96,7 @@ def token_depths(events: Iterable[StepEvent]) -> list[int]:
 
 
 def token_lookup(events: Iterable[StepEvent]) -> list[bool]:
-    """Per generated token: True when it was an accepted node copied from the context (core/lookup.py)."""
+    """Per generated token: True when it was an accepted node copied from the context (core/engine/lookup.py)."""
     out: list[bool] = []
     for e in events:
         src = {n.node_id: n.source for n in e.tree}
@@ -188,7 +188,7 @@ def panel_meta(stats: RunStats, running: bool, finished: bool) -> list[str]:
 def identical_badge(base_ids: Sequence[int], eagle_ids: Sequence[int], greedy: bool, complete: bool,
                     divergence: Divergence | None = None, dtype: str = "fp32") -> str:
     """Losslessness check shown at temperature 0: are the two outputs the same token ids? When they part ways,
-    `divergence` (core/exactness.py, from the margins the decoders recorded) says whether a numerical near tie
+    `divergence` (core/engine/exactness.py, from the margins the decoders recorded) says whether a numerical near tie
     explains it."""
     if not greedy:
         return ('<span class="badge neutral">sampling (T &gt; 0): the seed fixes each output; the two methods draw '
@@ -256,7 +256,7 @@ def stats_html(base: RunStats, eagle: RunStats, badge: str = "", compare: RunSta
         return f"{st.accepted_lookup} / {st.accepted_head}{share}"
 
     def looped(st: RunStats) -> str:
-        return "no" if st.loop_period is None else f"yes: a {st.loop_period}-token block repeats (core/loops.py)"
+        return "no" if st.loop_period is None else f"yes: a {st.loop_period}-token block repeats (core/engine/loops.py)"
 
     lanes = [base] + ([compare] if compare is not None else []) + [eagle]
     rows = [

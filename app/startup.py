@@ -5,21 +5,21 @@ No layout and no per-request work here; app.py calls these once before serving.
 import logging
 from pathlib import Path
 
-from core.autotree import TreePlan
-from core.config import DecodeConfig, TreeConfig
-from core.exactness import short_name
+from core.engine.autotree import TreePlan
+from core.engine.config import DecodeConfig, TreeConfig
+from core.engine.exactness import short_name
 
 from app.inputs import DEFAULT_TREE
 
 
 def auto_or_parse(spec: str | None, eagle, tokenizer) -> TreePlan:
     """--tree: None keeps the engine default; 'T,D,K[,L[,S]]' is used for every request; 'auto' measures this machine
-    once and plans one tree for greedy requests and one for sampled ones (core/autotree.py)."""
+    once and plans one tree for greedy requests and one for sampled ones (core/engine/autotree.py)."""
     if not spec:
         return TreePlan.fixed(DEFAULT_TREE, "engine default")
     if spec != "auto":
         return TreePlan.fixed(TreeConfig.parse(spec), "given")
-    from core.autotree import describe, plan_regimes
+    from core.engine.autotree import describe, plan_regimes
 
     plan, reports = plan_regimes(eagle, tokenizer("The history of the printing press").input_ids, max_new_tokens=48)
     logging.getLogger("eagle_playground").info(
@@ -29,9 +29,9 @@ def auto_or_parse(spec: str | None, eagle, tokenizer) -> TreePlan:
 
 
 def verify_costs(target) -> dict[int, float]:
-    """Verify ms by tree size on this machine (core.autotree.verify_profile, three rounds), for the "why this
+    """Verify ms by tree size on this machine (core.engine.autotree.verify_profile, three rounds), for the "why this
     speedup" what-if; a second or two at start-up for a small target."""
-    from core.autotree import verify_profile
+    from core.engine.autotree import verify_profile
 
     return verify_profile(target, sizes=(1, 2, 4, 8, 12, 16, 24, 32, 48, 64), rounds=3)
 
@@ -40,15 +40,12 @@ def compare_decoders(target, medusa_head: str | Path | None = None) -> dict:
     """The token-level lanes the UI offers beside EAGLE-2: prompt lookup always (no weights), and a Medusa head when
     a folder is given or the preset registry names one for the loaded target (static/heads/gemma-3-270m-medusa for
     the gemma-3-270m preset; looked up by the target's own name, so another model never gets Gemma's head)."""
-    from core.drafter import LookupDrafter
-    from core.eagle import Eagle2Decoder
-    from core.heads import make_drafter
-    from core.pipeline import default_medusa_head, read_head
+    from core.pipeline import decoder_for, default_medusa_head
 
-    lanes = {"lookup": Eagle2Decoder(target, LookupDrafter())}  # method "lookup"
+    lanes = {"lookup": decoder_for(None, target)}  # method "lookup"
     path = medusa_head or default_medusa_head(target.name)
     if path:
-        lanes["medusa"] = Eagle2Decoder(target, make_drafter(read_head(path, target), target))
+        lanes["medusa"] = decoder_for(path, target)
     return lanes
 
 
@@ -72,9 +69,9 @@ def dtype_note(target, short: bool = False) -> str:
 def info_line(target, eagle, head_arg: str | None = None) -> str:
     """The markdown line above the race: target, device, dtype and the draft head the EAGLE-2 lane drafts with
     (kind, depth, size; its folder when given with --head)."""
-    from core.heads import describe_head
+    from core.drafters.heads import describe_head
 
-    from core import choices
+    from core.models import choices
 
     line = f"Target **{target.name}** · {target.device.type} · {dtype_note(target, short=True)}"
     head = getattr(eagle.drafter, "head", None)
@@ -83,7 +80,7 @@ def info_line(target, eagle, head_arg: str | None = None) -> str:
     line += f" (`{head_arg}`)" if head_arg else ""
     if getattr(target, "head_kernel", None) is None:  # not a loaded TargetModel: no kernel routes to show
         return line
-    return line + " · " + choices.short(choices.describe(target, eagle.drafter))  # pinned or timed (core/choices.py)
+    return line + " · " + choices.short(choices.describe(target, eagle.drafter))  # pinned or timed (core/models/choices.py)
 
 
 def configure_logging(level: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 
-from core.events import StepEvent, TreeNode
+from core.engine.events import StepEvent, TreeNode
 
 SOURCES = ("root", "head", "lookup")
 
@@ -63,7 +63,7 @@ class RunRecord:
     model: str = ""  # target name, for the per-request log line
     stop: bool = False  # set by the Stop button; the running request reads it between decode steps
     note: str = ""  # why the run stopped early (the time budget), shown to the user
-    stops: tuple[str, ...] = ()  # stop strings: a lane ends once its text contains one (core/stops.py)
+    stops: tuple[str, ...] = ()  # stop strings: a lane ends once its text contains one (core/engine/stops.py)
     trees: list[PackedTree] = field(default_factory=list)  # only in a compact record
     compare_trees: list[PackedTree] = field(default_factory=list)  # only in a compact record
     messages: list | None = None  # a conversation turn: the history asked, ending with this user turn (else None)

@@ -18,8 +18,8 @@ from app.panels import build_panels, restore_from_link, wire_panels
 from app.picker import build_picker, make_picker, wire_picker
 from app.plots import stats_figure, tree_figure
 from app.state import drop_record
-from core.autotree import TreePlan
-from core.config import TreeConfig
+from core.engine.autotree import TreePlan
+from core.engine.config import TreeConfig
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 SANS = ("system-ui", "-apple-system", "Segoe UI", "Roboto", "Helvetica Neue", "Arial", "sans-serif")  # offline
@@ -83,7 +83,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
     both, or None for the engine default. The tree sliders show the plan for the temperature chosen until the user
     moves one of them; /run fills left-out tree settings the same way. `compare`: token-level decoders by COMPARE
     key ("medusa", "lookup"; app/startup.py compare_decoders) offered as a third lane; two lanes stay the default.
-    `verify_ms`: verify cost by tree size on this machine (core.autotree.verify_profile), for the "why" what-if.
+    `verify_ms`: verify cost by tree size on this machine (core.engine.autotree.verify_profile), for the "why" what-if.
     `presets`: the model picker's offer (None: app/picker.py `offered()`, the installed presets or EAGLE_PRESETS;
     [] hides the picker); `loader`: preset name -> picker Bundle (default: load the preset on this device)."""
     trees = TreePlan.fixed(tree, "given") if isinstance(tree, TreeConfig) else tree  # None: Playground's default

@@ -13,7 +13,7 @@ prediction is built from the run's parts, and where it misses the measured token
 parts leave out (the prefill, which both lanes pay once, and step-to-step variance).
 
 The what-if re-prices the same run with smaller trees: the verify cost per size comes from a verify profile measured
-on this machine (core.autotree.verify_profile, the planner's own measurement), scaled to the run's own verify cost at
+on this machine (core.engine.autotree.verify_profile, the planner's own measurement), scaled to the run's own verify cost at
 its size; τ when each step keeps only its best N-1 head nodes is estimated the way EAGLE-2 ranks nodes (its
 cumulative draft probabilities are calibrated, arXiv 2406.16858 §3.2): the run's τ less c × the exp(score) of the
 nodes cut, with c fitted so the whole tree gives the run's own acceptance. The last row is the run as measured;
@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from core.events import RunStats, StepEvent
+from core.engine.events import RunStats, StepEvent
 
 WHAT_IF_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 

@@ -15,21 +15,17 @@ import argparse
 import json
 import sys
 
-from core.config import DecodeConfig, SamplingConfig, TreeConfig
-from core.stops import check_stops, stop_at
+from core.cli import Parser, fail
+from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.engine.stops import check_stops, stop_at
 
 UNTRAINED = "untrained (freshly initialised)"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line instead of argparse's usage block
-        self.exit(2, f"error: {message} (see --help)\n")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The CLI flags; tree defaults come from TreeConfig."""
     tree = TreeConfig()
-    p = _Parser(prog="python -m core.generate", description="Generate with the baseline or EAGLE-2 decoder.")
+    p = Parser(prog="python -m core.generate", description="Generate with the baseline or EAGLE-2 decoder.")
     p.add_argument("--prompt", required=True, help="prompt text (encoded with the model's tokenizer, BOS added)")
     p.add_argument("--model", default=None,
                    help="a preset (default qwen2.5-coder-0.5b-instruct; gemma-3-270m is the base model), a local "
@@ -56,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="stop once the generated text contains TEXT (kept in the output); repeat for several")
     p.add_argument("--choices", default=None, metavar="FILE",
-                   help="pin dtype and kernel routes from FILE, or write this run's there (core/choices.py; also "
+                   help="pin dtype and kernel routes from FILE, or write this run's there (core/models/choices.py; also "
                         "$EAGLE_CHOICES)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text + summary")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
@@ -79,15 +75,16 @@ def generate(args: argparse.Namespace) -> dict:
     """Load, run one decoder, and return the JSON-able result."""
     cfg = decode_config(args)
     _quiet_libraries()
-    from core import choices, pipeline
-    from core.events import summarize
+    from core.models import choices
+    from core import pipeline, prompt
+    from core.engine.events import summarize
 
     target, tokenizer, baseline, eagle = pipeline.build_decoders(
         args.model, args.head, args.device, args.dtype, trust_remote_code=getattr(args, "trust_remote_code", False),
         choices_file=getattr(args, "choices", None))
     mode = getattr(args, "prompt_mode", "auto")
-    prompt_ids = pipeline.encode_prompt(tokenizer, args.prompt, mode)
-    pipeline.check_prompt_fits(target, prompt_ids, cfg)
+    prompt_ids = prompt.encode_prompt(tokenizer, args.prompt, mode)
+    prompt.check_prompt_fits(target, prompt_ids, cfg)
     decoder = eagle if args.method == "eagle2" else baseline
     text = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
     events = list(stop_at(decoder.generate(prompt_ids, cfg), text, check_stops(getattr(args, "stop", []))))
@@ -99,12 +96,12 @@ def generate(args: argparse.Namespace) -> dict:
         "method": args.method,
         "model": target.name,
         "head": None if args.method == "baseline" else str(head) if head else UNTRAINED,
-        "prompt_mode": pipeline.prompt_mode(tokenizer, mode),
+        "prompt_mode": prompt.prompt_mode(tokenizer, mode),
         "prompt_tokens": len(prompt_ids),
         "token_ids": ids,
-        "text": pipeline.decode(tokenizer, ids),
+        "text": prompt.decode(tokenizer, ids),
         "stats": stats,
-        "choices": choices.describe(target, eagle.drafter),  # dtype and kernel routes in force (core/choices.py)
+        "choices": choices.describe(target, eagle.drafter),  # dtype and kernel routes in force (core/models/choices.py)
     }
 
 
@@ -122,8 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = generate(args)
     except (ValueError, OSError, MemoryError) as e:  # DecodeError is a ValueError
-        print(f"error: {_one_line(e)}", file=sys.stderr)
-        return 2
+        return fail("", e)
     except KeyboardInterrupt:
         return 130
     if args.json:
@@ -132,11 +128,6 @@ def main(argv: list[str] | None = None) -> int:
         print(result["text"])
         print(summary_line(result))
     return 0
-
-
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split()) or type(e).__name__
-    return text if len(text) <= 400 else text[:397] + "..."
 
 
 def _quiet_libraries() -> None:

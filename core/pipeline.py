@@ -3,19 +3,25 @@
 Head choice: an explicit folder, else the head the preset registry names for the model (for the default model
 static/heads/qwen2.5-coder-0.5b-instruct) when that folder holds a head, else a freshly initialised head (lossless,
 but its drafts are guesses; Eagle2Decoder.note says so).
-Every user-facing failure (missing or unreadable head, wrong shapes, empty prompt) is a ValueError with one line.
+Every user-facing failure (missing or unreadable head, wrong shapes) is a ValueError with one line. Prompts cross
+into ids at one boundary, core/prompt.py (its names are re-exported here for callers of the older spelling).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from core import choices
-from core.baseline import BaselineDecoder
-from core.draft_head import HeadConfig, init_head
-from core.eagle import Eagle2Decoder
-from core.heads import load_any_head, make_drafter
-from core.models import DEFAULT_MODEL, TargetModel, load_target
-from core.presets import get_preset
+from torch import nn
+
+from core.models import choices
+from core.drafters.draft_head import HeadConfig, init_head
+from core.drafters.heads import load_any_head, make_drafter
+from core.drafters.lookup import LookupDrafter
+from core.engine.baseline import BaselineDecoder
+from core.engine.eagle import Eagle2Decoder
+from core.models.target import DEFAULT_MODEL, TargetModel, load_target
+from core.models.presets import get_preset
+from core.prompt import (PROMPT_MODES, check_prompt_fits, decode, encode,  # noqa: F401  (re-exported)
+                         encode_prompt, prompt_mode)
 
 
 def default_head(model: str | None) -> Path | None:
@@ -64,6 +70,22 @@ def build_head(target: TargetModel, head: str | Path | None, model: str | None =
     return init_head(HeadConfig.for_target(target.hidden_size, target.vocab_size))
 
 
+def decoder_for(head: nn.Module | str | Path | None, target: TargetModel, method: str | None = None) -> Eagle2Decoder:
+    """The one place a speculative decoder is built: a head (loaded, or a folder to read) bound to the target by the
+    head registry's drafter (EAGLE-1/2, EAGLE-3, Medusa); None = no head, the context-lookup chain alone. The
+    drafter's acceleration step runs here when its target had its own. ValueError (one line) when the folder is
+    unreadable or the head was built for another target."""
+    if head is None:
+        return Eagle2Decoder(target, LookupDrafter(), method)
+    if isinstance(head, (str, Path)):
+        head = read_head(head, target)
+    drafter = make_drafter(head, target)
+    accelerate = getattr(drafter, "accelerate", None)  # optional in the Drafter contract
+    if accelerate is not None and getattr(target, "accelerated", False):
+        accelerate()  # the acceleration step follows the target's (load_target runs it; fakes and GPUs skip it)
+    return Eagle2Decoder(target, drafter, method)
+
+
 def build_decoders(
     model: str | None = None,
     head: str | Path | None = None,
@@ -73,69 +95,13 @@ def build_decoders(
     choices_file: str | Path | None = None,
 ) -> tuple[TargetModel, object, BaselineDecoder, Eagle2Decoder]:
     """Load the target once and bind both decoders to it (same model object, dtype and attention: a fair race).
-    `choices_file` pins the dtype and kernel routes from that file, or has this run's written there (core/choices.py;
+    `choices_file` pins the dtype and kernel routes from that file, or has this run's written there (core/models/choices.py;
     $EAGLE_CHOICES does the same without the argument)."""
     if head:
         check_head_path(head)
     if choices_file:
         choices.use(choices_file)
     target, tokenizer = load_target(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
-    drafter = make_drafter(build_head(target, head, model), target)  # ValueError on hidden/vocab mismatch
-    choices.save(target, drafter)  # a choices file named but not yet written gets this run's (core/choices.py)
-    return target, tokenizer, BaselineDecoder(target), Eagle2Decoder(target, drafter)
-
-
-def encode(tokenizer, text: str) -> list[int]:
-    """Prompt text -> ids (special tokens such as BOS added as the tokenizer does); refuses empty prompts."""
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("prompt is empty")
-    ids = tokenizer(text).input_ids
-    if not ids:
-        raise ValueError("prompt encodes to no tokens")
-    return list(ids)
-
-
-def check_prompt_fits(target: TargetModel, prompt_ids: list[int], cfg) -> None:
-    """The prompt plus max_new_tokens (plus the deepest tree node: draft depth or lookup chain) must fit the context."""
-    limit = target.max_positions - cfg.max_new_tokens - cfg.tree.reach - 1
-    if len(prompt_ids) > limit:
-        raise ValueError(f"prompt is {len(prompt_ids)} tokens; at most {max(limit, 0)} fit in the model's context of "
-                         f"{target.max_positions} with --max-new-tokens {cfg.max_new_tokens}")
-
-
-PROMPT_MODES = ("auto", "raw", "chat")
-
-
-def prompt_mode(tokenizer, mode: str = "auto") -> str:
-    """The mode encode_prompt will actually use: 'chat' when asked (or 'auto' and the tokenizer has a chat template),
-    else 'raw'. For a UI indicator."""
-    if mode not in PROMPT_MODES:
-        raise ValueError(f"unknown prompt mode {mode!r}; choose one of {', '.join(PROMPT_MODES)}")
-    has_template = bool(getattr(tokenizer, "chat_template", None))
-    if mode == "chat" and not has_template:
-        raise ValueError("chat mode needs a tokenizer with a chat_template; use raw mode for this model")
-    return "chat" if mode == "chat" or (mode == "auto" and has_template) else "raw"
-
-
-def encode_prompt(tokenizer, text: str, mode: str = "auto", system: str | None = None) -> list[int]:
-    """Prompt text -> ids. 'chat' (default for tokenizers with a chat_template) wraps the text as one user turn (after
-    an optional system turn) and opens the assistant turn; 'raw' (base models) encodes the text as is."""
-    if prompt_mode(tokenizer, mode) == "raw":
-        return encode(tokenizer, text)
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("prompt is empty")
-    msgs = ([{"role": "system", "content": system}] if system and system.strip() else []) + [
-        {"role": "user", "content": text}]
-    ids = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
-    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding in newer transformers
-        ids = ids["input_ids"]
-    if ids and isinstance(ids[0], list):
-        ids = ids[0]
-    if not ids:
-        raise ValueError("prompt encodes to no tokens")
-    return [int(i) for i in ids]
-
-
-def decode(tokenizer, ids: list[int]) -> str:
-    """Generated ids -> text, special tokens dropped."""
-    return tokenizer.decode(ids, skip_special_tokens=True)
+    eagle = decoder_for(build_head(target, head, model), target)  # ValueError on hidden/vocab mismatch
+    choices.save(target, eagle.drafter)  # a choices file named but not yet written gets this run's (core/models/choices.py)
+    return target, tokenizer, BaselineDecoder(target), eagle

@@ -18,7 +18,7 @@ root, batch = sys.argv[1], int(sys.argv[2])
 sys.path.insert(0, str(Path(root).resolve()))
 from safetensors.torch import load_file  # noqa: E402
 
-from core.models import load_target  # noqa: E402
+from core.models.target import load_target  # noqa: E402
 from core.train.data import build_shards, read_pool  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "train" / "prompts.jsonl"

@@ -10,7 +10,7 @@ Checks, each printed as PASS or FAIL with its numbers:
    head as a chain, context lookup alone, the shipped Medusa head (where the model has one), and an untrained
    EAGLE-3 head written for the
    target (`eagle2-head-b`; any head is lossless, so an untrained one checks the EAGLE-3 path). 0 mismatches.
-2. bf16, T=0: every divergence from plain decoding is a numerical near tie under core/exactness.py's rule (both
+2. bf16, T=0: every divergence from plain decoding is a numerical near tie under core/engine/exactness.py's rule (both
    margins recorded and their sum within the rounding change of a logit difference). 0 unexplained.
 3. The sampled chi-square tests pass (tests/test_sampling.py's distribution tests on CPU; tests/test_cuda.py's
    sampled and seeded-sampling tests on CUDA).
@@ -71,7 +71,7 @@ def fp32_failures(result: dict) -> list[str]:
 
 def bf16_failures(result: dict) -> list[str]:
     """Check 2: every bf16 divergence is a near tie under the current rule (recomputed from the stored margins)."""
-    from core.exactness import is_near_tie
+    from core.engine.exactness import is_near_tie
 
     out = []
     for r in result["per_prompt"]:
@@ -116,9 +116,9 @@ def eagle3_folder(model: str | None, out: Path) -> Path:
     import torch
     from transformers import AutoConfig
 
-    from core.draft_head import HeadConfig
-    from core.eagle3_head import Eagle3Config, init_eagle3_head, save_eagle3_head
-    from core.models import resolve_model
+    from core.drafters.draft_head import HeadConfig
+    from core.drafters.eagle3_head import Eagle3Config, init_eagle3_head, save_eagle3_head
+    from core.models.target import resolve_model
 
     folder = out / "eagle3_untrained"
     if (folder / "model.safetensors").exists():
@@ -136,7 +136,7 @@ def eagle3_folder(model: str | None, out: Path) -> Path:
 
 def run_bench(argv: list[str]) -> dict:
     """core.bench in this process (its JSON is written too); raises SystemExit on a bench error."""
-    from core import bench
+    from core.bench import cli as bench
 
     if bench.main(argv) != 0:
         raise SystemExit(f"gpu_check: the bench failed: {' '.join(argv)}")

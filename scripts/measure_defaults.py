@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(a.questions).is_file():
         print(f"scripts.measure_defaults: error: questions file {a.questions!r} not found", file=sys.stderr)
         return 2
-    from core import bench
+    from core.bench import cli as bench
 
     args = app_args()
     greedy, sampled, source = app_trees(args)

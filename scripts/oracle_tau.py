@@ -1,6 +1,6 @@
 """How high can τ go on this target at a temperature? The expected τ of a perfect drafter, from feature shards.
 
-EAGLE-2 drafts deterministic guesses and verifies them by the exact multi-candidate rule (core.verify): a drafted
+EAGLE-2 drafts deterministic guesses and verifies them by the exact multi-candidate rule (core.engine.verify): a drafted
 token is accepted exactly when the target's own sample equals it. So the best any drafter can do with a tree budget
 is to offer the target's likeliest tokens, and its expected τ for one step is 1 + the sum, over the tree's nodes, of
 the product of the target's probabilities along each node's path; with N nodes the best tree holds the N likeliest
@@ -28,14 +28,12 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 
 def best_tree_accepts(levels: Sequence[Sequence[float]], total: int, top_k: int) -> float:
     """Expected accepted drafts of the best tree of at most `total` nodes, when every node at depth d+1 offers the
     same child probabilities levels[d] (sorted, largest first; the first top_k are used; len(levels) = max depth).
 
-    Best-first over path products, as core.tree.select_nodes does over a drafted pool, but lazily over the whole
+    Best-first over path products, as core.engine.tree.select_nodes does over a drafted pool, but lazily over the whole
     k-ary tree (8^6 nodes at 16,6,8 would not fit a pool): a node's first child and its next sibling are the only
     candidates it adds, both no likelier than the node itself, so nodes leave the heap in the order of their reach
     probability and the first `total` of them form the best tree."""
@@ -90,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from safetensors import safe_open
 
-    from core.models import load_target
+    from core.models.target import load_target
 
     target, _ = load_target(a.model, dtype="fp32")
     index = []  # (shard, first row, end row, generated tokens) for every stored sequence

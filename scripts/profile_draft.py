@@ -19,8 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -39,8 +37,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from core.config import DecodeConfig, SamplingConfig, TreeConfig
-    from core.pipeline import build_decoders, encode_prompt
+    from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
+    from core.pipeline import build_decoders
+    from core.prompt import encode_prompt
 
     try:
         rows = [json.loads(line) for line in Path(a.questions).read_text().splitlines() if line.strip()]

@@ -20,8 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::matmul", "aten::linear")
 
 
@@ -49,9 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from core.draft_head import HeadConfig, init_head
-    from core.heads import kind_of, load_any_head
-    from core.models import load_target
+    from core.drafters.draft_head import HeadConfig, init_head
+    from core.drafters.heads import kind_of, load_any_head
+    from core.models.target import load_target
     from core.train.data import draft_vocab, load_shards
     from core.train.fit import FitConfig, batches, collate, losses
 

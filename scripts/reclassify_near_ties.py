@@ -1,11 +1,11 @@
 """Re-read saved bench JSONs and count their divergences under the old and the current near-tie rule.
 
 The bench stores, for every row that differs from the baseline, both runs' top-2 margins at the first differing
-token and the tolerance D (NEAR_TIE_ULPS ulps at the larger top-1 logit; core/exactness.py). That is all either rule
+token and the tolerance D (NEAR_TIE_ULPS ulps at the larger top-1 logit; core/engine/exactness.py). That is all either rule
 needs, so earlier runs are re-classified without decoding again:
 
 - old rule: near tie when min(recorded margins) <= D (one recorded margin could decide alone);
-- new rule: near tie when both margins are recorded and m_baseline + m_method <= D (core.exactness.is_near_tie).
+- new rule: near tie when both margins are recorded and m_baseline + m_method <= D (core.engine.exactness.is_near_tie).
 
     python scripts/reclassify_near_ties.py [results/*.json ...] [--dtype bfloat16] [--markdown]
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.exactness import NEAR_TIE_ULPS, is_near_tie  # noqa: E402
+from core.engine.exactness import NEAR_TIE_ULPS, is_near_tie  # noqa: E402
 
 
 def old_rule(d: dict) -> bool:

@@ -3,7 +3,7 @@
 For each prompt: plain decoding and EAGLE-2 (the preset's head and tree), greedy, back to back in alternating order;
 then app/why.py's `explain` on the run's own events: predicted = τ × plain step / drafting step, beside the measured
 tokens/s ratio, and the same arithmetic with the plain step and the verify read off the verify profile measured once
-before the prompts (core.autotree.verify_profile, as the app does at start-up) instead of the run. The prompts are
+before the prompts (core.engine.autotree.verify_profile, as the app does at start-up) instead of the run. The prompts are
 written for this check (instructions of everyday kinds), not taken from any training or benchmark set.
 
     python scripts/why_check.py --model smollm2-135m-instruct --max-new-tokens 64 --out results/why_smollm2.json
@@ -45,11 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from app.why import explain, interpolate
-    from core.autotree import verify_profile
-    from core.config import DecodeConfig
-    from core.events import summarize
-    from core.pipeline import build_decoders, encode_prompt
-    from core.presets import get_preset
+    from core.engine.autotree import verify_profile
+    from core.engine.config import DecodeConfig
+    from core.engine.events import summarize
+    from core.pipeline import build_decoders
+    from core.prompt import encode_prompt
+    from core.models.presets import get_preset
 
     torch.set_num_threads(1)
     target, tok, baseline, eagle = build_decoders(a.model)

@@ -28,12 +28,13 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from core import choices
-from core import tree as tree_lib
-from core.config import DecodeConfig
-from core.draft_head import EagleHead, HeadConfig, init_head
-from core.drafter import DraftPool, DraftState, EagleDrafter
-from core.models import TargetModel
+from core.models import choices
+from core.engine import tree as tree_lib
+from core.engine.config import DecodeConfig
+from core.drafters.draft_head import EagleHead, HeadConfig, init_head
+from core.engine.contract import DraftPool
+from core.drafters.eagle import DraftState, EagleDrafter
+from core.models.target import TargetModel
 
 # Tiny models are dispatch-bound: with 2 threads on a shared 2-core runner, a 200-token run took ~30x longer than
 # with 1 (thread oversubscription whenever anything else runs).
@@ -119,12 +120,13 @@ DRAFTER_KINDS = ("eagle", "eagle3", "medusa", "lookup")
 
 
 def tiny_drafter(kind: str, target: TargetModel, vocab_ids: torch.Tensor | None = None, seed: int = 0):
-    """An untrained drafter of each registered kind behind the `Drafter` contract (core/drafter.py), for `target`,
+    """An untrained drafter of each registered kind behind the `Drafter` contract (core/drafters/eagle.py), for `target`,
     optionally over a reduced draft vocabulary. The Medusa ResBlocks get random weights (zeros, their init, would
     make every level guess the same token)."""
-    from core.drafter import Eagle3Drafter, LookupDrafter
-    from core.eagle3_head import Eagle3Config, init_eagle3_head
-    from core.medusa import MedusaConfig, MedusaDrafter, init_medusa_head
+    from core.drafters.eagle import Eagle3Drafter
+    from core.drafters.lookup import LookupDrafter
+    from core.drafters.eagle3_head import Eagle3Config, init_eagle3_head
+    from core.drafters.medusa import MedusaConfig, MedusaDrafter, init_medusa_head
 
     h, v = target.hidden_size, target.vocab_size
     ids = vocab_ids if vocab_ids is not None else torch.arange(v)
@@ -225,7 +227,7 @@ def rng() -> torch.Generator:
     return torch.Generator().manual_seed(1234)
 
 
-# Every test runs on one pinned CPU path (core/choices.py): the plain products, no rows on demand, no oneDNN route,
+# Every test runs on one pinned CPU path (core/models/choices.py): the plain products, no rows on demand, no oneDNN route,
 # so a bug in one route fails the tests that pin that route (tests/test_choices.py) instead of showing up now and
 # then when timing noise picks it. Tests of the timing itself are marked `timed` and see no pins.
 PLAIN_PATH = {"lm_head": "linear", "lazy_rows": False, "body_onednn_rows": [], "draft_head": "linear",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
-from core.config import DecodeConfig
-from core.events import StepEvent, TreeNode
+from core.engine.config import DecodeConfig
+from core.engine.events import StepEvent, TreeNode
 
 EOS = 0
 
@@ -24,7 +24,7 @@ class CharTokenizer:
 
 class ReplayDecoder:
     """Yields canned events (step_ms as recorded), honouring should_stop between steps like the core decoders; a
-    core.events.Decoder with no model behind it (target None)."""
+    core.engine.events.Decoder with no model behind it (target None)."""
 
     target = None
 
@@ -127,9 +127,9 @@ def tiny_stack(seed: int = 0, reference: list[int] | None = None):
     accepted: still lossless, and the colours have something to show."""
     from conftest import OracleDrafter, tiny_head
 
-    from core.baseline import BaselineDecoder
-    from core.drafter import EagleDrafter
-    from core.eagle import Eagle2Decoder
+    from core.engine.baseline import BaselineDecoder
+    from core.drafters.eagle import EagleDrafter
+    from core.engine.eagle import Eagle2Decoder
 
     tok = tiny_tokenizer()
     target = tiny_target_for(tok, seed)

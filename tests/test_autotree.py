@@ -1,16 +1,16 @@
-"""core/autotree.py: the `auto` tree calibrates acceptance at the run's own sampling settings, plans size, depth and
+"""core/engine/autotree.py: the `auto` tree calibrates acceptance at the run's own sampling settings, plans size, depth and
 context lookup from what it saw (pure), and its verify-cost profile is not thrown off by other work on the machine."""
 from __future__ import annotations
 
 import pytest
 
 from conftest import PROMPT, OracleDrafter, run, tiny_head, tiny_target
-from core.autotree import (Calibration, _draft_cost, calibrate, choose_tree, describe, interpolate, plan_tree,
+from core.engine.autotree import (Calibration, _draft_cost, calibrate, choose_tree, describe, interpolate, plan_tree,
                            verify_profile)
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, SamplingConfig, TreeConfig
-from core.eagle import Eagle2Decoder
-from core.events import StepEvent
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.engine.eagle import Eagle2Decoder
+from core.engine.events import StepEvent
 
 PROFILE = {2: 70.0, 4: 71.0, 8: 72.0, 16: 75.0, 32: 90.0, 64: 130.0}  # ms per verify, the shape of a 2-core CPU
 

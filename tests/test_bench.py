@@ -9,13 +9,13 @@ import json
 import pytest
 import torch
 
-from core.bench import main, rotation, select_questions, trim_at_eos
-from core.bench_report import (
+from core.bench.cli import main, rotation, select_questions, trim_at_eos
+from core.bench.report import (
     acceptance_table, category_table, pooled_tau, spec_bench_speedup, step_table, summarize_rows, summary_table,
     vocab_table,
 )
-from core.draft_head import HeadConfig, init_head, save_head
-from core.pipeline import encode_prompt
+from core.drafters.draft_head import HeadConfig, init_head, save_head
+from core.prompt import encode_prompt
 from fakes import tiny_tokenizer
 
 METHODS = ["hf", "hf-pld", "baseline", "eagle2", "eagle2-head", "eagle2-chain", "lookup"]
@@ -35,7 +35,7 @@ def stack(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("bench")
     tok = tiny_tokenizer()
     torch.manual_seed(0)
-    vocab = 1024  # > the tokenizer's 320 (unused rows are harmless); core.autotree's verify profile draws ids < 1000
+    vocab = 1024  # > the tokenizer's 320 (unused rows are harmless); core.engine.autotree's verify profile draws ids < 1000
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
                       eos_token_id=tok.eos_token_id, bos_token_id=None, pad_token_id=None, tie_word_embeddings=False,
@@ -169,7 +169,7 @@ def test_auto_calibrates_on_a_held_out_prompt_never_a_measured_one(stack, tmp_pa
 
 def test_split_dev_and_test_are_disjoint_and_recorded(stack, tmp_path):
     """dev (question_id % 5 == 0) is for training decisions, test is the rest; together they are the file."""
-    from core.bench_questions import BenchError, split_questions
+    from core.bench.questions import BenchError, split_questions
 
     rows = [{"question_id": i, "category": "qa", "turns": ["x"]} for i in range(80, 92)]
     dev, test = split_questions(rows, "dev"), split_questions(rows, "test")
@@ -200,7 +200,7 @@ def _hrow(qid, method, tps, same=True, tau=1.0, lookup=None, drafts=None, loop=N
 def test_honest_summary_on_planted_rows():
     """Four prompts: one looping output that ran 10x and diverged, three ordinary ones at 1.5x. The mean speedup
     (ratio of means) is pulled up by the loop; matched-only, the median and the spread say what happened."""
-    from core.bench_report import honest_table, quantile, spread
+    from core.bench.report import honest_table, quantile, spread
 
     rows = []
     for qid, (tps, same, loop) in enumerate([(100.0, False, 3), (15.0, True, None), (15.0, True, None),
@@ -239,8 +239,9 @@ def test_auto_tree_is_not_calibrated_when_no_method_drafts_with_it(stack, tmp_pa
     ("baseline,lookup,eagle2-greedy-tree", None, False),  # lookup has its own tree; greedy-tree calibrates its own
 ])
 def test_uses_run_tree(methods, head_tree, uses):
-    from core.bench import Plan, uses_run_tree
-    from core.config import DecodeConfig, TreeConfig
+    from core.bench.plan import Plan
+    from core.bench.cli import uses_run_tree
+    from core.engine.config import DecodeConfig, TreeConfig
 
     plan = Plan(tuple(methods.split(",")), frozenset(), None, head_tree and TreeConfig.parse(head_tree),
                 DecodeConfig())
@@ -249,7 +250,7 @@ def test_uses_run_tree(methods, head_tree, uses):
 
 def test_second_head_races_in_the_same_run(stack, tmp_path, capsys):
     """--head-b: an EAGLE-3 head and the EAGLE-1/2 head, both lossless, reported side by side in one run."""
-    from core.eagle3_head import Eagle3Config, init_eagle3_head, save_eagle3_head
+    from core.drafters.eagle3_head import Eagle3Config, init_eagle3_head, save_eagle3_head
 
     c = Eagle3Config(hidden_size=64, intermediate_size=128, num_attention_heads=1, num_key_value_heads=1,
                      vocab_size=1024, draft_vocab_size=1024, target_hidden_size=64, head_dim=64)
@@ -288,7 +289,7 @@ def test_one_head_races_itself_at_two_trees(stack, tmp_path, capsys):
 def test_medusa_races_the_eagle_head_at_the_same_budget(stack, tmp_path, capsys):
     """--methods medusa: the Medusa head drafts through the same loop with eagle2-head's tree; lossless, with the
     tree statistics (tau, depth acceptance) the EAGLE rows carry."""
-    from core.medusa import MedusaConfig, init_medusa_head, save_medusa_head
+    from core.drafters.medusa import MedusaConfig, init_medusa_head, save_medusa_head
 
     head = init_medusa_head(MedusaConfig(64, 1024, num_heads=3))
     with torch.no_grad():
@@ -408,7 +409,7 @@ def test_questions_file_from_the_environment(stack, tmp_path, capsys, monkeypatc
 
 
 def _outcome(tokens, margins, tops=None):
-    from core.bench import Outcome
+    from core.bench.cli import Outcome
 
     return Outcome(tuple(tokens), 1.0, len(tokens), None, tuple(margins), tuple(tops or [20.0] * len(tokens)))
 
@@ -416,7 +417,7 @@ def _outcome(tokens, margins, tops=None):
 def test_mismatch_rows_carry_a_classified_divergence():
     """Issue 15: a planted near tie (margin 0.125 = one bf16 ulp at 20) is explained, a planted 3-logit margin is
     not; the summary counts both as mismatches and only the second as unexplained."""
-    from core.bench import make_row, prompt_rows
+    from core.bench.cli import make_row, prompt_rows
 
     q = {"question_id": 1, "group": "qa"}
     base = _outcome([5, 6, 7, 8], [2.0, 2.0, 0.125, 3.0])
@@ -443,8 +444,8 @@ def test_mismatch_rows_carry_a_classified_divergence():
 def test_hf_scorer_reads_generate_logits_and_matches_baseline_margins(stack):
     """generate()'s margins (output_logits, second untimed call) sit at the same positions as our baseline's: in
     fp32 they agree per token; a rerun that does not reproduce the tokens gives no margins."""
-    from core.bench import hf_generation_config, hf_scorer, load_stack, score_divergences
-    from core.config import DecodeConfig
+    from core.bench.cli import hf_generation_config, hf_scorer, load_stack, score_divergences
+    from core.engine.config import DecodeConfig
 
     target, tok, baseline, _, _ = load_stack(stack["model"], stack["head"], "cpu", "fp32")
     ids = encode_prompt(tok, QUESTIONS[0]["turns"][0], "raw")
@@ -466,7 +467,7 @@ def test_hf_scorer_reads_generate_logits_and_matches_baseline_margins(stack):
 
 def test_repeats_keep_each_methods_fastest_round():
     """--repeats R runs every prompt R times per method (rotating who goes first) and keeps the fastest round."""
-    from core.bench import Outcome, run_bench
+    from core.bench.cli import Outcome, run_bench
 
     clock = {"a": iter([3.0, 1.0, 2.0, 5.0]), "b": iter([2.0, 4.0, 1.5, 0.5])}  # warm-up first, then 3 rounds
     calls: list[str] = []
@@ -487,7 +488,7 @@ def test_repeats_keep_each_methods_fastest_round():
 def test_draft_vocab_reach_counts_output_tokens_the_head_could_draft():
     """A head with a reduced draft vocabulary can never guess a token outside it: rows count the output tokens
     inside it, the summary pools them (Σ inside / Σ tokens, per category too), full-vocabulary methods carry none."""
-    from core.bench import make_row, prompt_rows
+    from core.bench.cli import make_row, prompt_rows
 
     mask = torch.zeros(16, dtype=torch.bool)
     mask[[5, 6, 7]] = True

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from core.bench import main
-from core.bench_report import pooled_tau
-from core.bench_turns import second_turns
+from core.bench.cli import main
+from core.bench.report import pooled_tau
+from core.bench.turns import second_turns
 from core.conversation import encode_messages, turn_messages
 from test_bench import stack  # noqa: F401  (fixture: the tiny model, head and tokenizer saved as folders)
 from test_chat import TEMPLATE
@@ -79,9 +79,9 @@ def test_turns_2_runs_second_turns_losslessly_on_the_first_answer(two_turns, cha
     assert set(res["summary_by_turn"]) == {"1", "2"}
     # the second turn really was asked on the first turn's baseline answer: decoding that prompt with our baseline
     # decoder reproduces the bench's second-turn tokens
-    from core.baseline import BaselineDecoder
-    from core.config import DecodeConfig
-    from core.models import load_target
+    from core.engine.baseline import BaselineDecoder
+    from core.engine.config import DecodeConfig
+    from core.models.target import load_target
 
     tok = chat_stack["tok"]
     target, _ = load_target(chat_stack["model"], device="cpu", dtype="fp32")

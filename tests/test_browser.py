@@ -13,7 +13,7 @@ import pytest
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from app.ui import build_demo, launch_options  # noqa: E402
-from core.config import DecodeConfig  # noqa: E402
+from core.engine.config import DecodeConfig  # noqa: E402
 from fakes import Paced, tiny_stack  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,7 +60,7 @@ def three_url(tmp_path_factory):
     """The tiny stack with both token-level lanes: an (untrained) Medusa head and prompt lookup."""
     from conftest import tiny_drafter
 
-    from core.eagle import Eagle2Decoder
+    from core.engine.eagle import Eagle2Decoder
 
     tok, baseline, eagle = tiny_stack()
     t = baseline.target

@@ -90,7 +90,7 @@ def test_two_turns_then_reset(browser, chat_app):
 def _answer_ids(recorder: Recording, call: int) -> list[int]:
     """The tokens the recorded decoder produced on its `call`-th prompt, by decoding that prompt again (greedy,
     deterministic): what the app committed as the answer."""
-    from core.config import DecodeConfig
+    from core.engine.config import DecodeConfig
 
     return [t for ev in recorder.decoder.generate(recorder.prompts[call], DecodeConfig(max_new_tokens=N))
             for t in ev.new_token_ids]

@@ -166,7 +166,7 @@ def picker_url(tmp_path_factory):
 def test_switch_preset_and_refuse_a_head_of_the_wrong_shape(browser, picker_url, tmp_path):  # noqa: F811
     import torch
 
-    from core.draft_head import HeadConfig, init_head, save_head
+    from core.drafters.draft_head import HeadConfig, init_head, save_head
 
     url, loads = picker_url
     wrong = tmp_path / "wrong-head"

@@ -10,7 +10,7 @@ import pytest
 from app.chat import commit, reset_conversation, toggle_conversation
 from app.handlers import Playground, RunSettings
 from core.conversation import answered, check_messages, encode_messages, turn_messages, with_system
-from core.metrics_names import mean_acceptance_length, serving_names
+from core.engine.metrics_names import mean_acceptance_length, serving_names
 from fakes import CharTokenizer, ReplayDecoder, baseline_events, eagle_events, tiny_stack, tiny_tokenizer
 
 TEMPLATE = ("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"
@@ -196,7 +196,7 @@ def test_the_token_level_lane_races_the_same_conversation():
     """A third lane (prompt lookup) in a conversation turn decodes the same history as the other two, losslessly."""
     from conftest import tiny_drafter
 
-    from core.eagle import Eagle2Decoder
+    from core.engine.eagle import Eagle2Decoder
 
     tok, baseline, eagle = tiny_stack()
     tok.chat_template = TEMPLATE

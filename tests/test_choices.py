@@ -1,4 +1,4 @@
-"""Pinned start-up choices (core/choices.py): a choices file fixes the dtype and every kernel route, each route is
+"""Pinned start-up choices (core/models/choices.py): a choices file fixes the dtype and every kernel route, each route is
 tested on its own, and two launches with the same file, prompt and seed give the same tokens."""
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from conftest import PROMPT, run, tiny_head, tiny_model
-from core import choices, kernels
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, SamplingConfig, TreeConfig
-from core.drafter import EagleDrafter
-from core.eagle import Eagle2Decoder
-from core.models import TargetModel
+from core.models import choices, kernels
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.drafters.eagle import EagleDrafter
+from core.engine.eagle import Eagle2Decoder
+from core.models.target import TargetModel
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from conftest import PROMPT, run, tiny_head, tiny_model, tiny_target
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, SamplingConfig, TreeConfig
-from core.drafter import EagleDrafter
-from core.eagle import Eagle2Decoder
-from core.models import TargetModel
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.drafters.eagle import EagleDrafter
+from core.engine.eagle import Eagle2Decoder
+from core.models.target import TargetModel
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -102,7 +102,7 @@ def test_app_handler_on_cuda():
 def test_offloaded_growing_cache_moves_its_buffers():
     """transformers' layer offloading moves `keys` / `values` to the CPU and back; a growing layer moves its buffers
     with them, so the views stay on the buffers and the next append lands where attention reads it."""
-    from core import kv_cache
+    from core.engine import kv_cache
 
     tgt = TargetModel(copy.deepcopy(tiny_model("llama")).to("cuda"), name="tiny-llama")
     cache = tgt.new_cache()
@@ -124,7 +124,7 @@ def test_head_training_runs_on_cuda_and_the_head_decodes_losslessly_on_cpu(tmp_p
     import json
 
     from test_train import args, training_files
-    from core.draft_head import load_head
+    from core.drafters.draft_head import load_head
     from core.train.__main__ import main
 
     s = training_files(tmp_path / "files")
@@ -168,8 +168,8 @@ def test_training_attention_gives_finite_query_gradients_where_cudnn_gives_nan()
 
 def test_bf16_greedy_eagle2_on_cuda_diverges_only_at_near_ties():
     """bf16, the GPU default: where EAGLE-2's output parts from plain decoding's, both runs' margins together fit
-    inside the rounding change of a logit difference (core/exactness.py); prompts that never diverge count too."""
-    from core.exactness import divergence_of
+    inside the rounding change of a logit difference (core/engine/exactness.py); prompts that never diverge count too."""
+    from core.engine.exactness import divergence_of
 
     for kind in ("llama", "gemma3"):
         tgt = TargetModel(copy.deepcopy(tiny_model(kind)).to("cuda", torch.bfloat16), name=f"tiny-{kind}")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.config import DecodeError, SamplingConfig
-from core.sampling import new_generator, sample, target_probs, uniform
-from core.verify import accept_sampled
+from core.engine.config import DecodeError, SamplingConfig
+from core.engine.sampling import new_generator, sample, target_probs, uniform
+from core.engine.verify import accept_sampled
 
 
 def inverse_cdf(probs: torch.Tensor, u: float) -> int:

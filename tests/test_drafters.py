@@ -1,5 +1,5 @@
-"""The drafter contract (core/drafter.py): every registered drafter decodes losslessly through the same EAGLE-2 loop,
-and the Medusa head (core/medusa.py) saves, loads, trains and grows its tree as documented.
+"""The drafter contract (core/drafters/eagle.py): every registered drafter decodes losslessly through the same EAGLE-2 loop,
+and the Medusa head (core/drafters/medusa.py) saves, loads, trains and grows its tree as documented.
 
 The sampling side of "lossless for every drafter" is in tests/test_sampling.py (chi-square per drafter kind)."""
 from __future__ import annotations
@@ -11,13 +11,13 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import DRAFTER_KINDS, KINDS, PROMPT, run, tiny_drafter, tiny_target
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, TreeConfig
-from core.drafter import DraftPool, Drafter, grow_beam
-from core.eagle import Eagle2Decoder
-from core.heads import HEAD_KINDS, kind_of, load_any_head, make_drafter
-from core.medusa import MedusaConfig, MedusaDrafter, MedusaHead, init_medusa_head, losses, save_medusa_head
-from core import tree as tree_lib
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, TreeConfig
+from core.engine.contract import DraftPool, Drafter, grow_beam
+from core.engine.eagle import Eagle2Decoder
+from core.drafters.heads import HEAD_KINDS, kind_of, load_any_head, make_drafter
+from core.drafters.medusa import MedusaConfig, MedusaDrafter, MedusaHead, init_medusa_head, losses, save_medusa_head
+from core.engine import tree as tree_lib
 
 N_NEW = 60
 TREES = [TreeConfig(12, 4, 4, lookup=0), TreeConfig(24, 6, 3, lookup=8), TreeConfig(2, 1, 1, lookup=0)]
@@ -144,7 +144,7 @@ def test_medusa_checkpoint_layout_and_registry(tmp_path):
 def _wide_target():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from core.models import TargetModel
+    from core.models.target import TargetModel
 
     c = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                     num_key_value_heads=2, vocab_size=128)
@@ -216,11 +216,11 @@ class UnigramDrafter:
 
 
 def test_a_new_drafter_is_one_module_plus_one_registry_line(tmp_path, monkeypatch):
-    """What core/medusa.py did for Medusa, in miniature: a head class, a drafter, a reader and a matcher, registered
+    """What core/drafters/medusa.py did for Medusa, in miniature: a head class, a drafter, a reader and a matcher, registered
     by one HeadKind line; folder loading, drafter binding and the shared loop then work unchanged, losslessly."""
     from safetensors.torch import save_file
 
-    import core.heads as heads
+    import core.drafters.heads as heads
 
     kind = heads.HeadKind("unigram", UnigramHead, lambda raw, keys: "unigram_vocab" in raw,
                           lambda p, raw, sd: _unigram(raw, sd), UnigramDrafter)
@@ -247,8 +247,8 @@ def _unigram(raw: dict, sd: dict) -> UnigramHead:
 
 
 def test_every_head_kind_describes_itself():
-    """core.heads.describe_head names the kind, its depth and its own size (what the app's info line shows)."""
-    from core.heads import describe_head
+    """core.drafters.heads.describe_head names the kind, its depth and its own size (what the app's info line shows)."""
+    from core.drafters.heads import describe_head
 
     tgt = tiny_target("llama")
     lines = {k: describe_head(tiny_drafter(k, tgt).head) for k in ("eagle", "eagle3", "medusa")}
@@ -256,3 +256,25 @@ def test_every_head_kind_describes_itself():
     assert lines["eagle3"].startswith("EAGLE-3, ") and "draft vocabulary 128" in lines["eagle3"]
     assert lines["medusa"].startswith("Medusa, 4 heads, ")
     assert all("M parameters" in v and v.endswith("untrained (lossless, slow)") for v in lines.values())
+
+
+def test_decoder_for_binds_every_kind_through_the_registry(tmp_path):
+    """core.pipeline.decoder_for is the one place a speculative decoder is built: a loaded head or a folder becomes
+    its kind's drafter, None the lookup drafter alone, and a head for another target is refused in one line."""
+    from core.drafters.lookup import LookupDrafter
+    from core.pipeline import decoder_for
+
+    tgt = tiny_target("llama")
+    ref, _ = run(BaselineDecoder(tgt), PROMPT, DecodeConfig(max_new_tokens=N_NEW))
+    for k in ("eagle", "eagle3", "medusa"):
+        dec = decoder_for(tiny_drafter(k, tgt).head, tgt)
+        assert dec.drafter.kind == k and dec.method == ("medusa" if k == "medusa" else "eagle2")
+        assert run(dec, PROMPT, DecodeConfig(max_new_tokens=N_NEW, tree=TREES[1]))[0] == ref
+    assert isinstance(decoder_for(None, tgt).drafter, LookupDrafter)
+    save_medusa_head(init_medusa_head(MedusaConfig(64, 128, num_heads=2)), tmp_path / "m", dtype=torch.float32)
+    assert isinstance(decoder_for(tmp_path / "m", tgt).drafter, MedusaDrafter)
+    assert decoder_for(tmp_path / "m", tgt, "medusa-b").method == "medusa-b"
+    with pytest.raises(ValueError, match="hidden size"):
+        decoder_for(tmp_path / "m", _wide_target())
+    with pytest.raises(ValueError, match="not a folder"):
+        decoder_for(tmp_path / "nothing", tgt)

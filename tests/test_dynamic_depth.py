@@ -8,11 +8,11 @@ import math
 import pytest
 
 from conftest import PROMPT, run, tiny_head, tiny_target
-from core.autotree import STOPS, Calibration, plan_tree, stop_depth
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, TreeConfig
-from core.drafter import EagleDrafter
-from core.eagle import Eagle2Decoder
+from core.engine.autotree import STOPS, Calibration, plan_tree, stop_depth
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, TreeConfig
+from core.drafters.eagle import EagleDrafter
+from core.engine.eagle import Eagle2Decoder
 
 PROFILE = {1: 22.0, 2: 23.0, 4: 24.0, 8: 27.0, 16: 34.0, 32: 50.0, 64: 90.0}  # ms per verify, 2-core CPU shape
 
@@ -30,7 +30,7 @@ def committed_state(kind: str):
 
 
 def level_best(pool) -> dict[int, float]:
-    from core.tree import depths
+    from core.engine.tree import depths
 
     best: dict[int, float] = {}
     for n, d in enumerate(depths(pool.parents)):

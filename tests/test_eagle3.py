@@ -10,15 +10,15 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import PROMPT, run, tiny_target
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, TreeConfig
-from core.draft_head import EagleHead, HeadConfig, init_head, save_head
-from core.drafter import Eagle3Drafter
-from core.heads import make_drafter
-from core.eagle import Eagle2Decoder
-from core.eagle3_head import Eagle3Config, Eagle3Head, init_eagle3_head, save_eagle3_head
-from core.heads import load_any_head
-from core.pipeline import encode_prompt, prompt_mode
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, TreeConfig
+from core.drafters.draft_head import EagleHead, HeadConfig, init_head, save_head
+from core.drafters.eagle import Eagle3Drafter
+from core.drafters.heads import make_drafter
+from core.engine.eagle import Eagle2Decoder
+from core.drafters.eagle3_head import Eagle3Config, Eagle3Head, init_eagle3_head, save_eagle3_head
+from core.drafters.heads import load_any_head
+from core.prompt import encode_prompt, prompt_mode
 
 N = 40
 CFG = DecodeConfig(max_new_tokens=N, tree=TreeConfig(12, 4, 4))

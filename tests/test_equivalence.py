@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from conftest import KINDS, PROMPT, OracleDrafter, assert_varied, run, tiny_head, tiny_model, tiny_target
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, TreeConfig
-from core.drafter import EagleDrafter
-from core.eagle import Eagle2Decoder
-from core.events import summarize
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, TreeConfig
+from core.drafters.eagle import EagleDrafter
+from core.engine.eagle import Eagle2Decoder
+from core.engine.events import summarize
 
 N_NEW = 210
 

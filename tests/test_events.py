@@ -6,10 +6,10 @@ import dataclasses
 import pytest
 
 from conftest import PROMPT, run, tiny_head, tiny_target
-from core.config import DecodeConfig, TreeConfig
-from core.drafter import EagleDrafter
-from core.eagle import Eagle2Decoder
-from core.events import RunStats, StepEvent, TreeNode, summarize
+from core.engine.config import DecodeConfig, TreeConfig
+from core.drafters.eagle import EagleDrafter
+from core.engine.eagle import Eagle2Decoder
+from core.engine.events import RunStats, StepEvent, TreeNode, summarize
 
 
 def nodes(parents: list[int], accepted: tuple[int, ...]) -> tuple[TreeNode, ...]:

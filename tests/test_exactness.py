@@ -1,4 +1,4 @@
-"""core/exactness.py: the near-tie rule that explains a bf16 divergence (pure), and the margins both decoders record
+"""core/engine/exactness.py: the near-tie rule that explains a bf16 divergence (pure), and the margins both decoders record
 (aligned with their tokens) on tiny fp32 targets."""
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from conftest import PROMPT, run, tiny_head, tiny_target
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, TreeConfig
-from core.drafter import EagleDrafter
-from core.eagle import Eagle2Decoder
-from core.exactness import NEAR_TIE_ULPS, as_dtype, classify, first_difference, is_near_tie, tolerance, top2, ulp
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, TreeConfig
+from core.drafters.eagle import EagleDrafter
+from core.engine.eagle import Eagle2Decoder
+from core.engine.exactness import NEAR_TIE_ULPS, as_dtype, classify, first_difference, is_near_tie, tolerance, top2, ulp
 
 
 def test_ulp_is_the_dtype_spacing():

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
 from conftest import tiny_model
-from core.draft_head import HeadConfig, init_head, save_head
+from core.drafters.draft_head import HeadConfig, init_head, save_head
 from core.generate import main
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,7 +24,7 @@ def row(qid, method, same=True, divergence=None, tau=2.0):
 
 
 def result(rows) -> dict:
-    from core.bench_report import summarize_rows
+    from core.bench.report import summarize_rows
 
     return {"config": {"model": "tiny", "device": "cpu", "machine": {"cpu": "test"}}, "per_prompt": rows,
             "summary": summarize_rows(rows)}

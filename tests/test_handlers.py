@@ -12,8 +12,8 @@ import torch
 
 from app.handlers import OUTPUTS, Playground, RunSettings, make_config, race
 from app.state import RunRecord
-from core.config import TreeConfig
-from core.events import StepEvent
+from core.engine.config import TreeConfig
+from core.engine.events import StepEvent
 from fakes import CharTokenizer, ReplayDecoder, baseline_events, eagle_events
 
 TEXT = "Hello world!"
@@ -173,7 +173,7 @@ def test_run_api_returns_texts_and_stats():
 def test_run_api_defaults_come_from_the_tree_planned_for_the_temperature():
     """/run without tree settings gets the tree the UI shows for that temperature: the greedy plan at T=0, the
     sampled plan otherwise (--tree auto plans both); settings it does give override only themselves."""
-    from core.autotree import TreePlan
+    from core.engine.autotree import TreePlan
 
     pg, _, _ = make()
     assert pg.run("Say: ", 64)["tree"] == dataclasses.asdict(TreeConfig())  # no plan: the engine default
@@ -193,7 +193,7 @@ def test_run_api_defaults_come_from_the_tree_planned_for_the_temperature():
 def test_tree_sliders_follow_the_temperature_until_the_user_moves_them():
     """The UI: moving the temperature sets the tree sliders to that regime's plan, unless a tree slider was moved."""
     from app.ui import build_demo
-    from core.autotree import TreePlan
+    from core.engine.autotree import TreePlan
     from fakes import tiny_stack
 
     greedy, sampled = TreeConfig(12, 4, 8, 10, stop_below=0.2), TreeConfig(8, 1, 8, 0)
@@ -274,10 +274,10 @@ def test_spaces_installed_without_zero_gpu_keeps_every_limit(monkeypatch):
 
 def test_tree_flag_keeps_defaults_parses_or_measures():
     """app.py --tree: absent keeps the engine default, 'T,D,K' is used for every request, 'auto' measures this
-    machine and plans one tree for greedy and one for sampled requests (core/autotree.py)."""
+    machine and plans one tree for greedy and one for sampled requests (core/engine/autotree.py)."""
     from app.handlers import auto_or_parse
-    from core.autotree import TreePlan
-    from core.config import TreeConfig
+    from core.engine.autotree import TreePlan
+    from core.engine.config import TreeConfig
     from fakes import tiny_stack
 
     tok, _, eagle = tiny_stack()
@@ -359,7 +359,7 @@ def three_lane_playground(**kw):
     from conftest import tiny_drafter
     from fakes import tiny_stack
 
-    from core.eagle import Eagle2Decoder
+    from core.engine.eagle import Eagle2Decoder
 
     tok, baseline, eagle = tiny_stack()
     t = baseline.target

@@ -24,7 +24,7 @@ from gradio_client import Client  # noqa: E402
 from app.handlers import Limits, Playground  # noqa: E402
 from app.state import RunRecord, drop_record  # noqa: E402
 from app.ui import STATIC, build_demo, launch_options  # noqa: E402
-from core.config import DecodeConfig, DecodeError  # noqa: E402
+from core.engine.config import DecodeConfig, DecodeError  # noqa: E402
 from fakes import Paced, ReplayDecoder, baseline_events, tiny_stack  # noqa: E402
 
 PROMPT = "Once upon a time"
@@ -116,8 +116,8 @@ ENDPOINTS = ("/run", "/stream")  # the API and the UI's own event: one validatio
 
 def generation_spy(monkeypatch) -> list[str]:
     """Records every decode call (baseline or EAGLE-2, any drafter) made while the test runs."""
-    from core.baseline import BaselineDecoder
-    from core.eagle import Eagle2Decoder
+    from core.engine.baseline import BaselineDecoder
+    from core.engine.eagle import Eagle2Decoder
 
     calls: list[str] = []
     for cls in (BaselineDecoder, Eagle2Decoder):
@@ -199,7 +199,7 @@ def tiny_folders(tmp_path_factory):
     """A head for a target of another width (mismatch) and a question file for core.bench."""
     from conftest import tiny_target
 
-    from core.draft_head import HeadConfig, init_head, save_head
+    from core.drafters.draft_head import HeadConfig, init_head, save_head
 
     root = tmp_path_factory.mktemp("hard")
     save_head(init_head(HeadConfig.for_target(128, 128)), root / "wide_head")
@@ -213,7 +213,7 @@ def tiny_loader(monkeypatch, tiny_folders):
     from test_generate_cli import word_tokenizer
 
     from core import pipeline
-    from core.models import resolve_model
+    from core.models.target import resolve_model
 
     _, tiny_target = tiny_folders
 
@@ -274,7 +274,7 @@ def cli_main(which: str):
     if which == "generate":
         from core.generate import main
     elif which == "bench":
-        from core.bench import main
+        from core.bench.cli import main
     else:
         from core.train.__main__ import main
     return main
@@ -317,8 +317,8 @@ def nan_stack():
 def test_nan_head_answers_with_the_targets_own_token_and_frees_caches(monkeypatch):
     """A head whose draft scores are NaN no longer ends the request: each such step verifies the root alone, so the
     output is the target's own greedy text (equal to the baseline's), the steps say why, and caches are freed."""
-    from core import kv_cache
-    from core.eagle import NON_FINITE_DRAFT_NOTE
+    from core.engine import kv_cache
+    from core.engine.eagle import NON_FINITE_DRAFT_NOTE
 
     freed = []
     real_free = kv_cache.free
@@ -469,8 +469,8 @@ class _Payload:
 def test_a_pickled_payload_in_a_head_is_refused_and_never_runs(tmp_path):
     """A head folder whose pytorch_model.bin carries code (not tensors): loading refuses it and the code never runs
     (torch.load with weights_only=True); a folder with model.safetensors loads from it."""
-    from core.draft_head import HeadConfig, init_head, load_head, save_head
-    from core.heads import load_any_head
+    from core.drafters.draft_head import HeadConfig, init_head, load_head, save_head
+    from core.drafters.heads import load_any_head
 
     save_head(init_head(HeadConfig(64, 128, 4, 2, 128)), tmp_path / "ok", dtype=torch.float32)
     assert load_head(tmp_path / "ok").trained

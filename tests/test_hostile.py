@@ -19,9 +19,9 @@ from gradio_client import Client  # noqa: E402
 from app.handlers import Limits, Playground  # noqa: E402
 from app.plots import tree_figure  # noqa: E402
 from app.ui import DELETE_CACHE, MAX_UPLOAD, build_demo, launch_options  # noqa: E402
-from core.autotree import TreePlan  # noqa: E402
-from core.config import TreeConfig  # noqa: E402
-from core.events import StepEvent, TreeNode  # noqa: E402
+from core.engine.autotree import TreePlan  # noqa: E402
+from core.engine.config import TreeConfig  # noqa: E402
+from core.engine.events import StepEvent, TreeNode  # noqa: E402
 from fakes import Paced, tiny_stack  # noqa: E402
 
 PROMPT = "Once upon a time"
@@ -125,7 +125,7 @@ def test_tree_labels_are_escaped():
 def test_negative_eagle12_draft_ids_are_refused_at_load(tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from core.draft_head import HeadConfig, init_head, load_head, save_head
+    from core.drafters.draft_head import HeadConfig, init_head, load_head, save_head
 
     c = HeadConfig(64, 128, 4, 2, 128, draft_vocab_size=32)
     save_head(init_head(c, torch.arange(32) * 2), tmp_path, dtype=torch.float32)
@@ -141,8 +141,8 @@ def test_negative_eagle12_draft_ids_are_refused_at_load(tmp_path):
 def test_eagle3_d2t_of_the_wrong_length_is_refused_at_load(tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from core.eagle3_head import Eagle3Config, init_eagle3_head, save_eagle3_head
-    from core.heads import load_any_head
+    from core.drafters.eagle3_head import Eagle3Config, init_eagle3_head, save_eagle3_head
+    from core.drafters.heads import load_any_head
 
     c = Eagle3Config(64, 96, 4, 2, 128, 48)
     save_eagle3_head(init_eagle3_head(c, torch.zeros(48, dtype=torch.long)), tmp_path, dtype=torch.float32)

@@ -13,8 +13,8 @@ from dataclasses import replace
 import torch
 
 from conftest import tiny_model
-from core.draft_head import HeadConfig, init_head, save_head
-from core.eagle3_head import Eagle3Config, init_eagle3_head, save_eagle3_head
+from core.drafters.draft_head import HeadConfig, init_head, save_head
+from core.drafters.eagle3_head import Eagle3Config, init_eagle3_head, save_eagle3_head
 from core.interop import compare, main as interop_main, per_position, vllm_problems
 from core.train.__main__ import main as train_main
 from test_train import args, setup  # noqa: F401  (the tiny model folder, prompts and questions)
@@ -73,9 +73,9 @@ def test_eagle3_export_names_are_all_known_to_vllms_eagle3_loader(tmp_path):
 
 
 def test_our_half_decodes_losslessly_and_writes_the_vllm_job(setup, tmp_path):  # noqa: F811
-    from core.baseline import BaselineDecoder
-    from core.config import DecodeConfig
-    from core.models import TargetModel
+    from core.engine.baseline import BaselineDecoder
+    from core.engine.config import DecodeConfig
+    from core.models.target import TargetModel
 
     head = tmp_path / "head"
     save_head(init_head(replace(HeadConfig.for_target(64, 128), bias=False)), head)
@@ -110,7 +110,7 @@ def test_compare_counts_identical_outputs_and_reads_vllms_counters():
 def test_engine_exports_keep_what_the_head_computes(tmp_path):
     """SGLang's EAGLE fc always has a bias (a random one when the file has none), vLLM's never: the same bias-free
     head is written with a zero fc.bias for SGLang and without for vLLM, and both copies draft alike."""
-    from core.draft_head import load_head
+    from core.drafters.draft_head import load_head
 
     head = init_head(replace(HeadConfig.for_target(64, 128), bias=False), seed=3)
     save_head(head, tmp_path / "h", dtype=torch.float32)

@@ -1,4 +1,4 @@
-"""Start-up timing choices (core/kernels.py): the faster candidate wins, fp32 wins a tie, and load_target loads
+"""Start-up timing choices (core/models/kernels.py): the faster candidate wins, fp32 wins a tie, and load_target loads
 the model in the dtype the timing chose (and records why), while an explicit dtype is never overridden."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import tiny_model
-from core import kernels, models
+from core.models import kernels, target as models
 
 
 class FakeClock:
@@ -136,13 +136,13 @@ def test_drafters_time_their_own_head_and_draft_the_same_with_any_kernel(monkeyp
     """A reduced draft vocabulary is its own (Vd, H) product, so each drafter times it as the target times its
     head; the full vocabulary reuses the target's choice. The kernel changes speed, never the drafted tokens."""
     from conftest import tiny_drafter, tiny_target
-    from core.config import TreeConfig
+    from core.engine.config import TreeConfig
 
     tgt = tiny_target("llama")
     ids = torch.arange(0, tgt.vocab_size, 2)
     monkeypatch.setattr(kernels, "fastest",
                         lambda cands, rounds=5: {k: 1.0 if k == "vocab_major" else 2.0 for k in cands})
-    dr = tiny_drafter(kind, tgt, ids)
+    dr = tiny_drafter(kind, tgt, ids).accelerate()  # the acceleration step (a fake skips it unless asked)
     assert dr.head_kernel == "vocab_major"
     if kind == "eagle":
         tgt.head_kernel = "onednn"
@@ -203,7 +203,7 @@ def test_body_choice_keeps_the_sizes_where_the_routed_forward_was_faster(clock):
 
 @pytest.mark.timed  # tests start-up timing: no pinned path (tests/conftest.py)
 def test_a_real_targets_body_timing_picks_timed_sizes():
-    tgt = models.TargetModel(tiny_model("llama"), name="tiny")
+    tgt = models.TargetModel(tiny_model("llama"), name="tiny").accelerate()
     assert tgt.onednn_rows <= set(kernels.BODY_ROWS)
 
 
@@ -221,9 +221,9 @@ def test_the_body_route_keeps_eagle_equal_to_the_baseline(kind, won):
     """fp32: EAGLE-2 equals the baseline with every forward (prefill, step, tree verify) routed through oneDNN and
     with none routed: the route changes summation order only, and both decoders share it."""
     from conftest import PROMPT, run, tiny_drafter, tiny_target
-    from core.baseline import BaselineDecoder
-    from core.config import DecodeConfig, TreeConfig
-    from core.eagle import Eagle2Decoder
+    from core.engine.baseline import BaselineDecoder
+    from core.engine.config import DecodeConfig, TreeConfig
+    from core.engine.eagle import Eagle2Decoder
 
     cfg = DecodeConfig(max_new_tokens=40, tree=TreeConfig(total_tokens=12, depth=4, top_k=4, lookup=4))
     tgt = tiny_target(kind)
@@ -297,7 +297,7 @@ def test_a_target_keeps_only_the_packed_copies_its_timing_picked(monkeypatch, he
         k: {1: 1.0, 8: 1.5} if (k == "onednn") == head_wins else {1: 5.0, 8: 9.0} for k in kernels.head_candidates(w)})
     monkeypatch.setattr(kernels, "body_choice", lambda forward, sizes=kernels.BODY_ROWS, rounds=2:
                         frozenset(sizes) if body_wins else frozenset())
-    tgt = models.TargetModel(tiny_model("llama"), name="tiny")
+    tgt = models.TargetModel(tiny_model("llama"), name="tiny").accelerate()
     assert (tgt.head_kernel == "onednn") is head_wins
     assert (tgt.packed.get(tgt.lm_head_weight) is not None) is head_wins
     body = kernels.linear_weights(tgt.decoder)
@@ -311,16 +311,16 @@ def test_packed_weights_keep_eagle_equal_to_the_baseline(monkeypatch, kind, draf
     """fp32: with every product on packed weights (the target's body and LM head, the drafter's layers and rows)
     EAGLE-2 still equals the baseline token for token, and the drafter holds packed copies of its own."""
     from conftest import PROMPT, run, tiny_drafter, tiny_target
-    from core.baseline import BaselineDecoder
-    from core.config import DecodeConfig, TreeConfig
-    from core.eagle import Eagle2Decoder
+    from core.engine.baseline import BaselineDecoder
+    from core.engine.config import DecodeConfig, TreeConfig
+    from core.engine.eagle import Eagle2Decoder
 
     monkeypatch.setattr(kernels, "time_head_kernels", lambda w, rounds=5, packed=None: {
         k: {1: 1.0, 8: 1.5} if k == "onednn" else {1: 5.0, 8: 9.0} for k in kernels.head_candidates(w)})
     monkeypatch.setattr(kernels, "body_choice", lambda forward, sizes=kernels.BODY_ROWS, rounds=2: frozenset(sizes))
     cfg = DecodeConfig(max_new_tokens=40, tree=TreeConfig(total_tokens=12, depth=4, top_k=4, lookup=4))
-    tgt = tiny_target(kind)
-    dr = tiny_drafter(drafter_kind, tgt, torch.arange(0, tgt.vocab_size, 2))
+    tgt = tiny_target(kind).accelerate()
+    dr = tiny_drafter(drafter_kind, tgt, torch.arange(0, tgt.vocab_size, 2)).accelerate()
     assert tgt.head_kernel == dr.head_kernel == "onednn" and len(tgt.packed) > 1
     assert dr.packed.get(dr.w_draft) is not None
     if drafter_kind != "medusa":
@@ -345,5 +345,29 @@ def test_packing_stops_where_the_copies_would_not_fit_in_half_the_spare_memory(m
     spare = kernels.spare_memory_bytes()
     assert spare is None or spare > 0
     monkeypatch.setattr(kernels, "spare_memory_bytes", lambda: 0)  # no room at all: every product on plain weights
-    tgt = models.TargetModel(tiny_model("llama"), name="tiny")
+    tgt = models.TargetModel(tiny_model("llama"), name="tiny").accelerate()
     assert len(tgt.packed) == 0 and tgt.kernel_choices()["packed_weights"] == 0
+
+
+def test_acceleration_is_an_explicit_step_the_product_runs(monkeypatch):
+    """Constructors time and pack nothing (fakes and other devices stay plain); accelerate() does, once; a pinned
+    record (a bench's kernel_choices) is applied without timing; decoder_for accelerates a drafter only when its
+    target was."""
+    from conftest import tiny_drafter, tiny_target
+    from core.pipeline import decoder_for
+
+    tgt = models.TargetModel(tiny_model("llama"), name="tiny")
+    assert not tgt.accelerated and len(tgt.packed) == 0
+    assert tgt.kernel_choices() == {"lm_head": "linear", "lazy_rows": False, "body_onednn_rows": [], "packed_weights": 0}
+    monkeypatch.setattr(kernels, "time_head_kernels", lambda w, rounds=5, packed=None: {
+        k: {1: 1.0, 8: 1.5} if k == "vocab_major" else {1: 5.0, 8: 9.0} for k in kernels.head_candidates(w)})
+    monkeypatch.setattr(kernels, "body_choice", lambda forward, sizes=kernels.BODY_ROWS, rounds=2: frozenset({16}))
+    assert tgt.accelerate() is tgt and tgt.accelerated
+    assert tgt.head_kernel == "vocab_major" and tgt.onednn_rows == frozenset({16})
+    pinned = {"lm_head": "linear", "lazy_rows": True, "body_onednn_rows": [1, 4], "packed_weights": 9}
+    other = models.TargetModel(tiny_model("llama"), name="tiny").accelerate(pinned)
+    assert (other.head_kernel, other.lazy_rows, other.onednn_rows) == ("linear", True, frozenset({1, 4}))
+    ids = torch.arange(0, tgt.vocab_size, 2)
+    head = tiny_drafter("eagle", tgt, ids).head
+    assert decoder_for(head, tgt).drafter.head_kernel == "vocab_major"  # timed: its target was accelerated
+    assert decoder_for(head, tiny_target("llama")).drafter.head_kernel == "linear"  # a fake target: plain

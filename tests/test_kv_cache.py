@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from conftest import PROMPT, run, tiny_head, tiny_target
-from core import kv_cache, tree
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, TreeConfig
-from core.drafter import EagleDrafter
-from core.eagle import Eagle2Decoder
+from core.engine import kv_cache, tree
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, TreeConfig
+from core.drafters.eagle import EagleDrafter
+from core.engine.eagle import Eagle2Decoder
 
 PARENTS = [-1, 0, 0, 1, 1, 2, 3, 5, 6]  # 9 nodes, depth up to 4
 PATHS = [

@@ -1,7 +1,7 @@
 """The target's LM-head product and the one-reduction greedy pick: fast paths that must not change a token.
 
 TargetModel.logits runs CPU heads with the product start-up timing picked (linear(), W @ h^T with torch.mv for one
-row, or oneDNN's linear primitive; core/kernels.py), and the decoders take greedy ids and
+row, or oneDNN's linear primitive; core/models/kernels.py), and the decoders take greedy ids and
 the finiteness check and the top-2 margin from `peak` (block maxima). These tests pin what makes that safe: the values
 are the head module's, argmax's first-index tie rule and topk's margin hold, NaN and +inf still stop a request, and
 bf16 greedy EAGLE-2 keeps the baseline's tokens on every family.
@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from conftest import KINDS, OracleDrafter, PROMPT, run, tiny_head, tiny_model
-from core import kernels
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, TreeConfig
-from core.eagle import Eagle2Decoder
-from core.models import TargetModel
-from core.sampling import PEAK_BLOCK, peak
+from core.models import kernels
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, TreeConfig
+from core.engine.eagle import Eagle2Decoder
+from core.models.target import TargetModel
+from core.engine.sampling import PEAK_BLOCK, peak
 
 
 def bf16_target(kind: str) -> TargetModel:
@@ -58,8 +58,8 @@ def test_lm_head_kernel_is_chosen_by_timing_it(monkeypatch, fast):
     tie here and the first, linear(), stays."""
     monkeypatch.setattr(kernels, "fastest", lambda cands, rounds=5: {k: 1.0 if k == fast else 2.0 for k in cands})
     bf16_kernels = kernels.head_candidates(torch.zeros(1, dtype=torch.bfloat16))
-    assert bf16_target("llama").head_kernel == (fast if fast in bf16_kernels else "linear")
-    assert TargetModel(copy.deepcopy(tiny_model("llama")), name="fp32").head_kernel == fast
+    assert bf16_target("llama").accelerate().head_kernel == (fast if fast in bf16_kernels else "linear")
+    assert TargetModel(copy.deepcopy(tiny_model("llama")), name="fp32").accelerate().head_kernel == fast
 
 
 @pytest.mark.parametrize("kernel", kernels.HEAD_KERNELS)
@@ -144,15 +144,3 @@ def test_bf16_greedy_eagle2_equals_baseline_up_to_near_ties(kind):
         f"divergence at {div} is not a near tie: {exact[out[div]].item()} vs {exact[ref[div]].item()} (top {top})")
 
 
-def test_lm_head_profile_prints_a_row_per_size(tmp_path, capsys):
-    """python -m core.profile_lm_head (the timing table in docs/results-history.md) runs on any local model
-    folder."""
-    from test_generate_cli import word_tokenizer
-
-    from core.profile_lm_head import main
-
-    tiny_model("llama").save_pretrained(tmp_path / "m")
-    word_tokenizer().save_pretrained(tmp_path / "m")
-    assert main(["--model", str(tmp_path / "m"), "--rows", "1,3", "--repeats", "2"]) == 0
-    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
-    assert [ln.split("|")[1].strip() for ln in lines] == ["1", "3"]

@@ -1,12 +1,12 @@
-"""Context lookup (core/lookup.py) and grafting its chain into the draft tree (core/tree.py `graft`): pure, no model."""
+"""Context lookup (core/engine/lookup.py) and grafting its chain into the draft tree (core/engine/tree.py `graft`): pure, no model."""
 from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import tree
-from core.lookup import context_draft, copied, copy_with_overlap
+from core.engine import tree
+from core.engine.lookup import context_draft, copied, copy_with_overlap
 
 
 def test_longest_suffix_then_longest_continuation():
@@ -161,10 +161,10 @@ def test_the_loop_drafts_with_the_chain_alone_while_a_copy_is_in_progress():
     prompt that ends in a run of one token: both kinds of steps occur, and a copy that takes its whole chain makes
     the next chain twice as long."""
     from conftest import PROMPT, run, tiny_head, tiny_target
-    from core.baseline import BaselineDecoder
-    from core.config import DecodeConfig, TreeConfig
-    from core.drafter import EagleDrafter
-    from core.eagle import Eagle2Decoder
+    from core.engine.baseline import BaselineDecoder
+    from core.engine.config import DecodeConfig, TreeConfig
+    from core.drafters.eagle import EagleDrafter
+    from core.engine.eagle import Eagle2Decoder
 
     target = tiny_target("mistral")
     prompt = PROMPT + [7] * 12
@@ -194,10 +194,10 @@ def test_the_head_reads_every_accepted_token_before_it_proposes():
     At every proposal the head's cache covers exactly the committed text (pair convention: history - 1 pairs), a
     copy step commits nothing, and the output stays the baseline's."""
     from conftest import PROMPT, run, tiny_head, tiny_target
-    from core.baseline import BaselineDecoder
-    from core.config import DecodeConfig, TreeConfig
-    from core.drafter import EagleDrafter
-    from core.eagle import Eagle2Decoder
+    from core.engine.baseline import BaselineDecoder
+    from core.engine.config import DecodeConfig, TreeConfig
+    from core.drafters.eagle import EagleDrafter
+    from core.engine.eagle import Eagle2Decoder
 
     class Watching(EagleDrafter):
         def __init__(self, *a):

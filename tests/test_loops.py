@@ -1,7 +1,7 @@
-"""core/loops.py: an output ends in a loop when its last 128 tokens repeat a block of at most 64 tokens."""
+"""core/engine/loops.py: an output ends in a loop when its last 128 tokens repeat a block of at most 64 tokens."""
 from __future__ import annotations
 
-from core.loops import MAX_PERIOD, WINDOW, loop_period
+from core.engine.loops import MAX_PERIOD, WINDOW, loop_period
 
 
 def test_periodic_tail_is_flagged_with_its_smallest_period():

@@ -9,8 +9,8 @@ import torch
 
 from app.handlers import Playground
 from app.picker import Bundle, Picker, head_folder, offered
-from core.draft_head import HeadConfig, init_head, save_head
-from core.presets import PRESETS
+from core.drafters.draft_head import HeadConfig, init_head, save_head
+from core.models.presets import PRESETS
 from fakes import tiny_stack
 
 

@@ -6,7 +6,7 @@ import math
 import plotly.graph_objects as go
 
 from app.plots import stats_figure, tree_figure, tree_layout
-from core.events import StepEvent, TreeNode, summarize
+from core.engine.events import StepEvent, TreeNode, summarize
 from fakes import baseline_events, eagle_events
 
 #        root(10)

@@ -1,5 +1,5 @@
 """Preset registry: offline presets found from package files without importing them, GGUF part assembly with a
-sha256 check, dense-copy reuse, and preset names in core.models.resolve_model (clear message when not installed)."""
+sha256 check, dense-copy reuse, and preset names in core.models.target.resolve_model (clear message when not installed)."""
 from __future__ import annotations
 
 import hashlib
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from core import models, presets, weights
-from core.config import TreeConfig
+from core.models import target as models, presets, weights
+from core.engine.config import TreeConfig
 
 
 def fake_find_spec(installed: dict[str, Path]):

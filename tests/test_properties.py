@@ -6,8 +6,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import tree
-from core.verify import accept_greedy, accept_sampled
+from core.engine import tree
+from core.engine.verify import accept_greedy, accept_sampled
 
 SETTINGS = settings(max_examples=150, deadline=None, database=None, derandomize=True)  # reproducible in CI
 

@@ -1,4 +1,4 @@
-"""A head folder's inference vocabulary (draft_vocab.json, core/draft_head.py) and the command that writes
+"""A head folder's inference vocabulary (draft_vocab.json, core/drafters/draft_head.py) and the command that writes
 it (core/train/prune.py): the drafter drafts over the kept ids only, the output stays the baseline's, bad files are
 refused with a message, and the command keeps the most frequent ids of the counted shards."""
 from __future__ import annotations
@@ -10,11 +10,11 @@ import torch
 from safetensors.torch import save_file
 
 from conftest import PROMPT, run, tiny_head, tiny_target
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, TreeConfig
-from core.draft_head import DRAFT_VOCAB_FILE, load_head, save_head, write_draft_vocab
-from core.eagle import Eagle2Decoder
-from core.heads import describe_head, make_drafter
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, TreeConfig
+from core.drafters.draft_head import DRAFT_VOCAB_FILE, load_head, save_head, write_draft_vocab
+from core.engine.eagle import Eagle2Decoder
+from core.drafters.heads import describe_head, make_drafter
 from core.pipeline import read_head
 from core.train import prune
 

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from conftest import run
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, TreeConfig
-from core.draft_head import HeadConfig, init_head
-from core.drafter import EagleDrafter
-from core.eagle import Eagle2Decoder
-from core.models import load_target
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, TreeConfig
+from core.drafters.draft_head import HeadConfig, init_head
+from core.drafters.eagle import EagleDrafter
+from core.engine.eagle import Eagle2Decoder
+from core.models.target import load_target
 
 GEMMA = "gemma-3-270m"
 
@@ -65,9 +65,9 @@ def test_greedy_eagle_equals_baseline_on_gemma(gemma):
 def test_shipped_medusa_head_is_lossless_and_drafts(gemma):
     """The shipped Medusa head (static/heads/gemma-3-270m-medusa) loads through the registry, decodes exactly the
     baseline's tokens in fp32 through the same loop, and its guesses are accepted (tau above 1)."""
-    from core.events import summarize
-    from core.heads import load_any_head, make_drafter
-    from core.medusa import MedusaHead
+    from core.engine.events import summarize
+    from core.drafters.heads import load_any_head, make_drafter
+    from core.drafters.medusa import MedusaHead
     from core.pipeline import default_medusa_head
 
     target, tok = gemma

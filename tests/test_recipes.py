@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from core import bench, generate
+from core.bench import cli as bench
+from core import generate
 from core.train.__main__ import check_args, parse
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ from app.render import (
     token_lookup,
     token_label,
 )
-from core.events import StepEvent, summarize
+from core.engine.events import StepEvent, summarize
 from fakes import CharTokenizer, baseline_events, eagle_events, tiny_tokenizer
 
 
@@ -132,7 +132,7 @@ def test_empty_pieces_get_a_visible_marker_class():
 def test_divergence_badge_labels_a_near_tie_and_a_mismatch():
     """Issue 15: a planted near tie (margin 0.125 at a top logit of 20 in bf16) and a planted real mismatch (both
     margins 3.0) get their labels, the token number, both margins and the explanation."""
-    from core.exactness import classify
+    from core.engine.exactness import classify
 
     base, other = [1, 2, 3, 4], [1, 2, 9, 4]
     tie = classify(base, other, [1, 1, 0.125, 1], [1, 1, 0.5, 1], [20.0] * 4, [20.0] * 4, "bfloat16")
@@ -166,7 +166,7 @@ def test_stats_html_reports_speedup_tau_and_split():
 
 def test_stats_html_says_what_copying_did_and_flags_a_loop():
     """The statistics split accepted drafts into copied (lookup) and drafted (head) and flag a looping output."""
-    from core.events import TreeNode
+    from core.engine.events import TreeNode
 
     nodes = (TreeNode(0, -1, 1, 0, 0.0, True, "root"), TreeNode(1, 0, 2, 1, -0.1, True),
              TreeNode(2, 1, 3, 2, 0.0, True, "lookup"), TreeNode(3, 2, 4, 3, 0.0, True, "lookup"))
@@ -187,7 +187,7 @@ def test_token_label_shows_whitespace():
 
 def test_lookup_tokens_are_marked_copied():
     """Accepted nodes that came from context lookup carry the 'lookup' class and say so in their title."""
-    from core.events import TreeNode
+    from core.engine.events import TreeNode
 
     nodes = (TreeNode(0, -1, 1, 0, 0.0, True, "root"), TreeNode(1, 0, ord("a"), 1, -0.1, True),
              TreeNode(2, 1, ord("b"), 2, 0.0, True, "lookup"), TreeNode(3, 0, ord("z"), 1, 0.0, False, "lookup"))

@@ -10,11 +10,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import PROMPT, run, tiny_head, tiny_target
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, TreeConfig
-from core.draft_head import DRAFT_VOCAB_FILE, load_head, save_head, write_draft_vocab
-from core.eagle import Eagle2Decoder
-from core.heads import make_drafter
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, TreeConfig
+from core.drafters.draft_head import DRAFT_VOCAB_FILE, load_head, save_head, write_draft_vocab
+from core.engine.eagle import Eagle2Decoder
+from core.drafters.heads import make_drafter
 from core.train import revocab
 
 

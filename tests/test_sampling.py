@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from conftest import run, tiny_drafter, tiny_head, tiny_target
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, DecodeError, SamplingConfig, TreeConfig
-from core.drafter import EagleDrafter
-from core.eagle import Eagle2Decoder
-from core.sampling import next_token, sample, target_probs
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, DecodeError, SamplingConfig, TreeConfig
+from core.drafters.eagle import EagleDrafter
+from core.engine.eagle import Eagle2Decoder
+from core.engine.sampling import next_token, sample, target_probs
 
 # ------------------------------------------------------------------------------------------ processors
 

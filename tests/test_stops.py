@@ -1,4 +1,4 @@
-"""Stop strings (core/stops.py) for the CLI, the app's lanes and /run: a generation ends at the first token whose
+"""Stop strings (core/engine/stops.py) for the CLI, the app's lanes and /run: a generation ends at the first token whose
 text completes a stop string, the string stays in the output, and greedy lanes stay token-identical."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 import gradio as gr
 import pytest
 
-from core.events import StepEvent
-from core.stops import MAX_STOPS, check_stops, stop_at
+from core.engine.events import StepEvent
+from core.engine.stops import MAX_STOPS, check_stops, stop_at
 from fakes import tiny_stack
 
 PROMPT = "Once upon a time"

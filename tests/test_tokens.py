@@ -12,7 +12,7 @@ import random
 import torch
 from safetensors.torch import load_file
 
-from core.models import TargetModel
+from core.models.target import TargetModel
 from core.train.__main__ import main as train_main
 from core.train.tokens import CARD, PACKED, main, pack, pack_round, rebuild, unpack
 from test_train import args, training_files

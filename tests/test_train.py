@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from conftest import PROMPT, load_script, run, tiny_model
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, TreeConfig
-from core.draft_head import HeadConfig, init_head, load_head
-from core.drafter import EagleDrafter
-from core.eagle import Eagle2Decoder
-from core.models import TargetModel
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, TreeConfig
+from core.drafters.draft_head import HeadConfig, init_head, load_head
+from core.drafters.eagle import EagleDrafter
+from core.engine.eagle import Eagle2Decoder
+from core.models.target import TargetModel
 from core.train.__main__ import main
 from core.train.data import read_pool, stored_prompts
 from test_generate_cli import word_tokenizer
@@ -192,8 +192,8 @@ def test_extra_shards_must_exist(setup, tmp_path, capsys):
 def test_medusa_trains_from_the_same_shards_and_decodes_losslessly(setup, tmp_path):
     """`--head-type medusa` reads another run's shards (the EAGLE head's data), exports the Medusa layout with a
     training card, and the exported head decodes losslessly through the same loop as the EAGLE heads."""
-    from core.heads import load_any_head, make_drafter
-    from core.medusa import MedusaHead
+    from core.drafters.heads import load_any_head, make_drafter
+    from core.drafters.medusa import MedusaHead
 
     first = tmp_path / "eagle"
     assert main(args(setup, first, 1)) == 0
@@ -215,8 +215,8 @@ def test_medusa_trains_from_the_same_shards_and_decodes_losslessly(setup, tmp_pa
 
 def test_training_autocasts_to_bf16_only_where_bf16_measured_faster(setup, tmp_path, monkeypatch):
     """On a CPU without bf16 units bf16 autocast made head training more than 20x slower; fit() times it first
-    (core.kernels.bf16_matmul_is_faster) and the card says which precision trained the head."""
-    from core import kernels
+    (core.models.kernels.bf16_matmul_is_faster) and the card says which precision trained the head."""
+    from core.models import kernels
 
     for faster, expected in ((True, "bf16"), (False, "no")):
         monkeypatch.setattr(kernels, "bf16_matmul_is_faster", lambda *a, f=faster, **k: f)
@@ -263,7 +263,7 @@ def test_extend_vocab_needs_an_init_eagle_head(setup, tmp_path, capsys):
 
 
 def test_widen_mlp_computes_the_same_function_and_its_new_units_learn():
-    from core.draft_head import widen_mlp
+    from core.drafters.draft_head import widen_mlp
     c = HeadConfig(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=4,
                    vocab_size=128, draft_vocab_size=96)
     head = init_head(c, torch.arange(0, 128, 4).repeat(3)[:96].unique(), seed=1)
@@ -361,48 +361,6 @@ def test_the_training_profile_script_runs_the_recipe_loss_on_real_shards(setup, 
     assert capsys.readouterr().err.strip() == f"error: no shard_*.safetensors in {tmp_path / 'nothing'}"
 
 
-def test_the_agreement_script_guesses_what_the_drafter_guesses_one_pair_at_a_time(setup, tmp_path, capsys):
-    """scripts/head_agreement.py scores every position of a continuation in one head pass; the engine's drafter, fed
-    the same real pairs one at a time (its KV cache, its draft-vocabulary top-1), must make the same guess at every
-    position, and the script's counts must be those guesses'. A file without prompts is one line and exit 2."""
-    from core.draft_head import save_head
-    from core.models import load_target
-    from core.pipeline import encode_prompt
-
-    agree = load_script("head_agreement")
-    target, tok = load_target(str(setup["model"]), dtype="fp32")
-    vocab = torch.arange(0, 128, 2)  # a reduced draft vocabulary: draft ids map back to the target's
-    save_head(init_head(HeadConfig.for_target(64, 128, len(vocab)), vocab, seed=2), tmp_path / "h",
-              dtype=torch.float32)
-    head = load_head(tmp_path / "h")
-    expected = []
-    with torch.inference_mode():
-        for q in [json.loads(line) for line in open(setup["questions.jsonl"])]:
-            ids = torch.tensor([encode_prompt(tok, q["turns"][0], "raw")])
-            full = target.model.generate(ids, max_new_tokens=12, do_sample=False)  # (1, S)
-            feat = target.decoder(input_ids=full).last_hidden_state
-            drafter, one_by_one = EagleDrafter(head, target), []
-            st = drafter.start()
-            for i in range(full.shape[1] - 2):  # pair (f_i, t_{i+1}) in, the guess of t_{i+2} out
-                drafter.commit(st, feat[:, i:i + 1], full[:, i + 1:i + 2])
-                one_by_one.append(drafter._topk(st.feat[None], 1)[1][0, 0].item())
-            assert agree.guesses(target, head, full).tolist() == one_by_one
-            first = ids.shape[1] - 2
-            hits = sum(g == t for g, t in zip(one_by_one[first:], full[0, ids.shape[1]:].tolist()))
-            expected.append(f"{hits}/{len(one_by_one) - first} continuation tokens")
-    common = ["--model", str(setup["model"]), "--head", str(tmp_path / "h"), "--max-new-tokens", "12",
-              "--prompt-mode", "raw"]
-    assert agree.main(["--questions", str(setup["questions.jsonl"]), "--n", "2", *common]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert [line.split(":")[0] for line in lines[:-1]] == expected
-    assert lines[-1].startswith("top-1 agreement on the target's continuations: ") and "(24 tokens)" in lines[-1]
-    assert agree.main(["--questions", str(setup["questions.jsonl"]), "--n", "1", "--sample-seed", "0", *common]) == 0
-    assert capsys.readouterr().out.count("continuation tokens:") == 1  # one row drawn at random
-    (tmp_path / "empty.jsonl").write_text('{"id": 1}\n')
-    assert agree.main(["--questions", str(tmp_path / "empty.jsonl"), *common]) == 2
-    assert "no prompts" in capsys.readouterr().err
-
-
 def test_a_batch_with_non_finite_loss_or_gradient_is_skipped_and_the_weights_stay_finite(tmp_path):
     """One poisoned sequence (a feature far beyond what a float sum holds) must cost its batch's update, not every
     weight: fit() skips the update, counts it, keeps checkpointing, and the head stays finite and trained."""
@@ -447,30 +405,6 @@ def test_training_on_a_gpu_leaves_the_cudnn_attention_kernel_out_and_a_cpu_keeps
     assert torch.backends.cuda.cudnn_sdp_enabled()
     with training_attention(torch.device("cpu")):
         assert torch.backends.cuda.cudnn_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()
-
-
-def test_the_fit_gap_script_scores_a_trained_head_above_an_untrained_one_on_its_shards(setup, tmp_path, capsys):
-    """scripts/head_fit_gap.py (the capacity check in docs/results-history.md): one JSON line per (head, shards) pair
-    with top-1 agreement and soft cross-entropy per unrolled step; a head trained on the shards agrees with the
-    target more than the same head untrained. A folder without shards is one line and exit status 2."""
-    from core.draft_head import save_head
-
-    out = tmp_path / "run"
-    assert main(args(setup, out, 3)) == 0
-    trained = load_head(out / "head")
-    fresh = init_head(trained.config, trained.vocab_ids, seed=1)
-    save_head(fresh, tmp_path / "fresh")
-    capsys.readouterr()  # the training run's own output
-    gap = load_script("head_fit_gap")
-    common = ["--model", str(setup["model"]), "--tokens-per-batch", "64", "--head", str(out / "head"),
-              "--head", str(tmp_path / "fresh")]
-    assert gap.main([*common, "--shards", str(out / "shards")]) == 0
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    assert [r["head"] for r in rows] == [str(out / "head"), str(tmp_path / "fresh")]
-    assert rows[0]["tokens"] == rows[1]["tokens"] > 0 and all(len(r["top1"]) == 2 for r in rows)
-    assert rows[0]["top1"][0] > rows[1]["top1"][0] and rows[0]["soft_ce"][0] < rows[1]["soft_ce"][0]
-    assert gap.main([*common, "--shards", str(tmp_path / "nothing")]) == 2
-    assert capsys.readouterr().err.strip() == f"error: no shard_*.safetensors in {tmp_path / 'nothing'}"
 
 
 def test_the_oracle_script_bounds_tau_by_the_targets_own_distribution(setup, tmp_path, capsys):

@@ -15,13 +15,13 @@ import torch
 from safetensors import safe_open
 
 from conftest import PROMPT, run, tiny_model, tiny_target
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, TreeConfig
-from core.drafter import EagleDrafter
-from core.eagle import Eagle2Decoder
-from core.eagle3_head import Eagle3Head
-from core.heads import load_any_head
-from core.models import TargetModel
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, TreeConfig
+from core.drafters.eagle import EagleDrafter
+from core.engine.eagle import Eagle2Decoder
+from core.drafters.eagle3_head import Eagle3Head
+from core.drafters.heads import load_any_head
+from core.models.target import TargetModel
 from core.train.__main__ import main
 from core.train.data import features, generate_batch, load_shards, padded_chunks, plan_batches
 from test_generate_cli import word_tokenizer

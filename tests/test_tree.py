@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from core import tree
+from core.engine import tree
 
 #        0
 #      / | \

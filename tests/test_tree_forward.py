@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import KINDS, PROMPT, SLIDING_WINDOW, tiny_model, tiny_target
-from core import tree
+from core.engine import tree
 
 # node: 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16
 PARENTS = [-1, 0, 0, 0, 1, 1, 2, 4, 6, 7, 9, 10, 11, 12, 13, 14, 4]

@@ -1,4 +1,4 @@
-"""Verify rows on demand (core/tree_logits.py): a walk reads the same logits as an all-rows product, in at most two
+"""Verify rows on demand (core/engine/tree_logits.py): a walk reads the same logits as an all-rows product, in at most two
 products and never more than N rows; the decoders' output does not depend on it; start-up timing turns it on only
 where one LM-head row costs much less than a batch."""
 from __future__ import annotations
@@ -9,13 +9,14 @@ import pytest
 import torch
 
 from conftest import KINDS, OracleDrafter, PROMPT, load_script, run, tiny_head, tiny_model
-from core import kernels, tree
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, SamplingConfig, TreeConfig
-from core.eagle import Eagle2Decoder
-from core.models import TargetModel
-from core.tree_logits import TreeLogits, subtree
-from core.verify import accept_greedy
+from core.models import kernels
+from core.engine import tree
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.engine.eagle import Eagle2Decoder
+from core.models.target import TargetModel
+from core.engine.tree_logits import TreeLogits, subtree
+from core.engine.verify import accept_greedy
 
 PARENTS = [-1, 0, 0, 1, 1, 2, 3, 3, 6]  # root; 1, 2; 3, 4 under 1; 5 under 2; 6, 7 under 3; 8 under 6
 
@@ -75,7 +76,7 @@ def test_lazy_rows_only_where_one_row_costs_under_half_of_eight(monkeypatch, tim
     monkeypatch.setattr(kernels, "time_head_kernels",
                         lambda w, rounds=5, packed=None: {k: (dict(times) if k == "linear" else {1: 999.0, 8: 999.0})
                                              for k in kernels.head_candidates(w)})
-    tgt = TargetModel(copy.deepcopy(tiny_model("llama")), name="fp32")
+    tgt = TargetModel(copy.deepcopy(tiny_model("llama")), name="fp32").accelerate()
     assert tgt.head_kernel == "linear" and tgt.lazy_rows is lazy
 
 
@@ -114,43 +115,12 @@ def test_sampled_eagle2_gives_the_same_tokens_with_rows_on_demand(kind):
     assert outs[0] == outs[1] and len(outs[0]) == 40
 
 
-def test_the_ab_script_forces_one_switch_each_way_on_the_same_model(tmp_path, capsys):
-    """scripts/ab_switch.py (the A/B command in docs/results-history.md) on a tiny saved model: every value runs
-    every lane, the tokens agree, and a value the switch does not take is one line and exit status 2."""
-    from core.draft_head import HeadConfig, init_head, save_head
-    from test_generate_cli import word_tokenizer
-
-    tiny_model("llama").save_pretrained(tmp_path / "m")
-    word_tokenizer().save_pretrained(tmp_path / "m")
-    save_head(init_head(HeadConfig.for_target(64, 128), seed=2), tmp_path / "h", dtype=torch.float32)
-    ab = load_script("ab_switch")
-    common = ["--model", str(tmp_path / "m"), "--head", str(tmp_path / "h"), "--prompts", "2",
-              "--max-new-tokens", "8", "--rounds", "2"]
-    assert ab.main(["lazy-rows", "--values", "on,off", "--tree", "6,3,2,0", "--baseline", *common]) == 0
-    out = capsys.readouterr().out
-    assert out.count("lazy-rows=on") == 2 and out.count("lazy-rows=off") == 2  # eagle2 6,3,2,0 and baseline
-    assert "identical outputs across values: True" in out
-    assert ab.main(["target-kernel", "--values", "linear,onednn", *common]) == 0
-    assert "identical outputs across values: True" in capsys.readouterr().out
-    assert ab.main(["body-route", "--values", "all,off", "--tree", "6,3,2,0", *common]) == 0
-    out = capsys.readouterr().out
-    assert out.count("body-route=all") == 1 and "identical outputs across values: True" in out
-    assert ab.main(["packing", "--values", "on,off", "--tree", "6,3,2,0", "--baseline", *common]) == 0
-    out = capsys.readouterr().out
-    assert out.count("packing=on") == 2 and out.count("packing=off") == 2 and "without packing:" in out
-    assert "identical outputs across values: True" in out
-    assert ab.main(["lazy-rows", "--values", "on,off", "--tree", "6,3,2,0,0.05", *common]) == 0  # dynamic depth
-    assert "identical outputs across values: True" in capsys.readouterr().out
-    assert ab.main(["lazy-rows", "--values", "maybe", *common]) == 2
-    assert capsys.readouterr().err.strip() == "error: lazy-rows takes on, off"
-
-
 def test_the_draft_profile_script_reports_a_step_split(tmp_path, capsys):
     """scripts/profile_draft.py (README, "Faster drafting") on a tiny saved model and head: the per-step split it
     prints adds up to the step, and a file with too few rows is one line and exit status 2."""
     import json
 
-    from core.draft_head import HeadConfig, init_head, save_head
+    from core.drafters.draft_head import HeadConfig, init_head, save_head
     from test_generate_cli import word_tokenizer
 
     tiny_model("llama").save_pretrained(tmp_path / "m")

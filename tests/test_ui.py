@@ -10,7 +10,7 @@ import gradio as gr
 import pytest
 
 from app.ui import STATIC, build_demo, launch_options, load_examples
-from core.config import TreeConfig
+from core.engine.config import TreeConfig
 from fakes import CharTokenizer, ReplayDecoder, baseline_events, eagle_events
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 import torch
 
-from core import tree
-from core.verify import accept_greedy, accept_sampled
+from core.engine import tree
+from core.engine.verify import accept_greedy, accept_sampled
 
 #        0 (root)
 #      /   \

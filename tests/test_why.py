@@ -6,7 +6,7 @@ import math
 import pytest
 
 from app.why import WhatIf, explain, interpolate, tau_at_sizes, why_html
-from core.events import StepEvent, TreeNode, summarize
+from core.engine.events import StepEvent, TreeNode, summarize
 from fakes import baseline_events, eagle_events
 
 

@@ -14,11 +14,17 @@ from pathlib import Path
 
 import torch
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+from core.cli import Parser, fail, run
+from core.paths import data_dir
+
+DATA = data_dir()  # $EAGLE_DATA_DIR, else ../shared/data (core/paths.py)
+# the head kinds with a training recipe in core/drafters/heads.py HEAD_KINDS (named here so --help needs no model
+# code; tests/test_train.py checks the two agree)
+HEAD_TYPES = ("eagle", "eagle3", "medusa")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m core.train", description=__doc__)
+    p = Parser(prog="python -m core.train", description=__doc__)
     p.add_argument("--model", default=None, help="default model, local folder or hub id")
     p.add_argument("--out", required=True, help="run folder (shards, checkpoints, logs)")
     p.add_argument("--head-out", default=None, help="where to write the finished head (default OUT/head)")
@@ -45,7 +51,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reprefill", action="append", default=[], metavar="DIR",
                    help="also take the token ids of the shards in DIR (an earlier run's prompts + continuations) and "
                         "compute fresh features for them (e.g. EAGLE-3 taps); repeatable")
-    p.add_argument("--head-type", choices=("eagle", "eagle3", "medusa"), default="eagle",
+    p.add_argument("--head-type", choices=HEAD_TYPES, default="eagle",
                    help="eagle: EAGLE-1/2 head (feature + token loss); eagle3: fused layer taps, own LM head, TTT; "
                         "medusa: K ResBlocks on the last feature guessing tokens t+2..t+K+1 (token-level drafting)")
     p.add_argument("--medusa-heads", type=int, default=5, help="Medusa heads K (the deepest tree level it drafts)")
@@ -127,16 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     problem = check_args(a)
     if problem:
-        print(f"core.train: error: {problem}", file=sys.stderr)
-        return 2
-    from core.config import TreeConfig
-    from core.draft_head import EagleHead, HeadConfig, add_layers, init_head, save_head, widen_mlp
-    from core.heads import make_drafter
-    from core.eagle3_head import Eagle3Config, Eagle3Head, init_eagle3_head, save_eagle3_head
-    from core.heads import kind_of, load_any_head
-    from core.medusa import MedusaConfig, init_medusa_head, save_medusa_head
-    from core.kernels import cpu_description
-    from core.models import DEFAULT_MODEL, load_target
+        return fail("core.train", problem)
+    from core.engine.config import TreeConfig
+    from core.drafters.draft_head import EagleHead, add_layers, widen_mlp
+    from core.drafters.heads import HeadOptions, kind_named, kind_of, load_any_head
+    from core.models.kernels import cpu_description
+    from core.models.target import DEFAULT_MODEL, load_target
+    from core.pipeline import decoder_for
     from core.train.data import (build_shards, draft_vocab, extend_vocab, load_shards, read_pool,
                                  shard_counts, stored_prompts, token_counts, vocab_coverage)
     from core.train.evaluate import measure, sample_questions
@@ -151,9 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         logf.flush()
 
     t0 = time.time()
-    eagle3 = a.head_type == "eagle3"
+    kind = kind_named(a.head_type)  # the head's life cycle: init, taps, save, loss (core/drafters/heads.py)
     target, tok = load_target(a.model, dtype=a.dtype)
-    taps = Eagle3Head.tap_layers(target.num_layers) if eagle3 else ()
+    taps = kind.taps(target.num_layers)
     log(f"target {target.name} {target.dtype}; head type {a.head_type}" + (f", taps {taps}" if taps else ""))
     rows = read_pool(a.prompts, a.text, a.n_prompts, a.n_text, a.seed, a.min_prompt_chars)
     if a.chat and tok.chat_template:
@@ -176,10 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.data_only:
         log("data only: shards written")
         return 0
-    seqs = load_shards(out / "shards", taps=eagle3)
+    seqs = load_shards(out / "shards", taps=bool(taps))
     extra_counts = {}
     for d in a.extra_shards:
-        more = load_shards(Path(d), taps=eagle3)
+        more = load_shards(Path(d), taps=bool(taps))
         extra_counts[d] = len(more)
         seqs += more
     if not seqs:
@@ -193,23 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"{len(seqs)} sequences ({sum(extra_counts.values())} from --extra-shards), "
         f"draft vocab {a.draft_vocab or 'full'} covers {coverage:.4f} of tokens")
     w = target.lm_head_weight.detach()
-    if eagle3:
-        hcfg = HeadConfig.for_target(target.hidden_size, target.vocab_size)
-        c3 = Eagle3Config(hidden_size=hcfg.hidden_size, intermediate_size=hcfg.intermediate_size,
-                          num_attention_heads=hcfg.num_attention_heads, num_key_value_heads=hcfg.num_key_value_heads,
-                          vocab_size=target.vocab_size, draft_vocab_size=a.draft_vocab or target.vocab_size,
-                          target_hidden_size=target.hidden_size, head_dim=hcfg.hd)
-        ids_all = vocab_ids if vocab_ids is not None else torch.arange(target.vocab_size)
-        head = init_eagle3_head(c3, ids_all - torch.arange(len(ids_all)), seed=a.seed).float()
-        with torch.no_grad():  # the draft LM head starts as the target's rows over the draft vocabulary
-            head.lm_head.weight.copy_(w[ids_all.to(w.device)].float().cpu())
-    elif a.head_type == "medusa":
-        head = init_medusa_head(MedusaConfig(target.hidden_size, target.vocab_size, a.medusa_heads, a.draft_vocab),
-                                vocab_ids).float()
-    else:
-        hcfg = replace(HeadConfig.for_target(target.hidden_size, target.vocab_size, a.draft_vocab),
-                       bias=not a.no_fc_bias)
-        head = init_head(hcfg, vocab_ids, seed=a.seed).float()
+    options = HeadOptions(draft_vocab=a.draft_vocab, seed=a.seed, medusa_heads=a.medusa_heads, fc_bias=not a.no_fc_bias)
+    head = kind.init(target, vocab_ids, options).float()
     if a.init:
         start = load_any_head(a.init)
         if kind_of(start).name != a.head_type:
@@ -238,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     w_draft = w[head.vocab_ids] if a.draft_vocab else w
     cfg = FitConfig(epochs=a.epochs, lr=a.lr, ttt_steps=a.ttt_steps, tokens_per_batch=a.tokens_per_batch,
                     p_weight=a.p_weight, seed=a.seed, max_len=a.max_len)
-    save = {"eagle3": save_eagle3_head, "medusa": save_medusa_head}.get(a.head_type, save_head)
+    save = kind.save
     snap_dir = out / "snapshots"
     snap_steps: set[int] = set()
 
@@ -265,17 +253,17 @@ def main(argv: list[str] | None = None) -> int:
     log(f"saved head to {head_dir}")
     # evaluate with the bf16 head exactly as shipped
     shipped = load_any_head(head_dir)
-    drafter = make_drafter(shipped, target)
+    eagle = decoder_for(shipped, target)
     qs = sample_questions(a.eval_questions, a.eval_per_category) if a.eval_per_category else []
     head_tree = TreeConfig(lookup=0)  # the head alone: context lookup would blur what training achieved
     mode = "chat" if a.chat and tok.chat_template else "raw"
-    evals = [measure(target, tok, drafter, qs, a.eval_max_new, t, head_tree, prompt_mode=mode)
+    evals = [measure(target, tok, eagle, qs, a.eval_max_new, t, head_tree, prompt_mode=mode)
              for t in (0.0, 1.0)] if qs else []
     curve = []
     tokens_per_step = summary["tokens"] * a.epochs / max(1, summary["steps"])
     for d in sorted(snap_dir.glob("step_*")) if a.snapshots and qs else []:
         step = int(d.name.split("_")[1])
-        r = measure(target, tok, make_drafter(load_any_head(d), target), qs, a.eval_max_new, 0.0, head_tree,
+        r = measure(target, tok, decoder_for(load_any_head(d), target), qs, a.eval_max_new, 0.0, head_tree,
                     prompt_mode=mode)
         curve.append({"step": step, "tokens_seen": round(step * tokens_per_step), "tau_t0": r["tau"],
                       "chain_alpha_t0": r["chain_alpha"]})
@@ -298,12 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                         "token_coverage": round(coverage, 4), "extended_by": a.extend_vocab or None},
         "training": {**summary, "lr": a.lr, "max_len": a.max_len, "ttt_steps": a.ttt_steps,
                      "tokens_per_batch": a.tokens_per_batch,
-                     "loss": {"eagle3": "soft CE against the target (draft vocab), own LM head, steps weighted 0.8^j",
-                              "medusa": "head k: soft CE against the target's distribution k+1 positions later "
-                                        "(draft vocab, target LM head shared), heads weighted 0.8^k",
-                              }.get(a.head_type, f"smooth_l1(feature) + {a.p_weight} * soft CE (draft vocab), "
-                                                 "steps weighted 0.8^j"),
-                     **({"medusa_heads": a.medusa_heads} if a.head_type == "medusa" else {}),
+                     "loss": kind.loss.format(p_weight=a.p_weight),
+                     **kind.card(head),
                      **({"widened_mlp_to": a.widen_mlp} if a.widen_mlp else {}),
                      **({"added_layers": a.add_layers, "layers": head.config.num_layers} if a.add_layers else {}),
                      "curve": curve},
@@ -325,9 +309,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """Console entry point (eagle-train): main with the CLI convention (core/cli.py)."""
+    return run("core.train", main, argv)
+
+
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(cli())

@@ -24,8 +24,9 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from core import kernels, kv_cache
-from core.models import TargetModel
+from core.models import kernels
+from core.engine import kv_cache
+from core.models.target import TargetModel
 
 EVAL_FILES = ("spec_bench_questions.jsonl", "mt_bench_questions.jsonl")
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 
-from core.baseline import BaselineDecoder
-from core.config import DecodeConfig, SamplingConfig, TreeConfig
-from core.drafter import Drafter
-from core.eagle import Eagle2Decoder
-from core.events import summarize
-from core.models import TargetModel
-from core.pipeline import encode_prompt
+from core.engine.baseline import BaselineDecoder
+from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.engine.eagle import Eagle2Decoder
+from core.engine.events import summarize
+from core.models.target import TargetModel
+from core.prompt import encode_prompt
 
 SPEC_BENCH_GROUPS = {"writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities"}
 
@@ -36,11 +35,11 @@ def sample_questions(path: str, per_category: int) -> list[dict]:
     return out
 
 
-def measure(target: TargetModel, tok, drafter: Drafter, questions: list[dict], max_new: int,
+def measure(target: TargetModel, tok, decoder: Eagle2Decoder, questions: list[dict], max_new: int,
             temperature: float, tree: TreeConfig, chain_depth: int = 5, prompt_mode: str = "raw") -> dict:
     """tau per category (tree), and chain n-alpha for n = 0..chain_depth-1. prompt_mode: 'raw' or 'chat' (one user
-    turn of the tokenizer's template), as core.pipeline.encode_prompt."""
-    dec = Eagle2Decoder(target, drafter)
+    turn of the tokenizer's template), as core.prompt.encode_prompt. `decoder`: core.pipeline.decoder_for's."""
+    dec = decoder
     chain = TreeConfig(total_tokens=chain_depth + 1, depth=chain_depth, top_k=1, lookup=0)
     per_cat: dict[str, list[tuple[int, int]]] = {}
     reached = [0] * chain_depth
@@ -100,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = {"questions": a.questions, "per_category": a.per_category,
-           "results": [measure(target, tok, eagle.drafter, qs, a.max_new_tokens, t, tree) for t in temps]}
+           "results": [measure(target, tok, eagle, qs, a.max_new_tokens, t, tree) for t in temps]}
     text = json.dumps(out, indent=2)
     print(text)
     if a.json:

@@ -24,10 +24,11 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from core.draft_head import EagleHead
-from core.eagle3_head import Eagle3Head
+from core.drafters.draft_head import EagleHead
+from core.drafters.eagle3_head import Eagle3Head
 from core.train.data import padded_chunks
-from core import kernels, medusa
+from core.models import kernels
+from core.drafters import medusa
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
         snapshot=None) -> dict:
     """Train in place with accelerate; resumes from ckpt_dir/state.pt. Returns a summary for training.json.
 
-    An Eagle3Head trains on the shards' taps; a MedusaHead on the last features with core.medusa.losses. `snapshot(head, step, total_steps)` is called after every save (the
+    An Eagle3Head trains on the shards' taps; a MedusaHead on the last features with core.drafters.medusa.losses. `snapshot(head, step, total_steps)` is called after every save (the
     caller keeps heads along the way, e.g. for a curve of tau against the data seen).
     """
     from accelerate import Accelerator

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not 0.0 <= a.generic_share <= 1.0:
             raise ValueError("--generic-share must be between 0 and 1")
-        from core.models import load_target
+        from core.models.target import load_target
         from core.train.data import build_shards
 
         target, tok = load_target(a.model, dtype=a.dtype)

@@ -3,7 +3,7 @@
 A head trained over the target's full vocabulary (the layout vLLM's EAGLE-1/2 drafter reads) scores every draft
 level against all of the target's LM-head rows: 49,152 for SmolLM2, which costs more than the head's own layers
 on a CPU. Most of those rows are almost never the answer. This writes draft_vocab.json beside the weights
-(core/draft_head.py reads it for EAGLE-1/2 heads), the N most frequent ids in the stored training sequences (prompt
+(core/drafters/draft_head.py reads it for EAGLE-1/2 heads), the N most frequent ids in the stored training sequences (prompt
 and answer tokens, as the trainer's --draft-vocab counts them); the weights are untouched, so other engines load the
 folder as before, and deleting the file restores the full vocabulary. Drafts outside the N ids are lost; the output
 never changes. Rerunning replaces the file.
@@ -72,7 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def prune(head_dir: Path, shard_dirs: list[Path], size: int) -> dict:
     """Write head_dir/draft_vocab.json and note it in the card; returns what was written (without the ids)."""
-    from core.draft_head import DRAFT_VOCAB_FILE, load_head, write_draft_vocab
+    from core.drafters.draft_head import DRAFT_VOCAB_FILE, load_head, write_draft_vocab
 
     head = load_head(head_dir, inference_vocab=False)  # the head as trained, whatever an earlier run wrote
     own = head.vocab_ids

@@ -55,7 +55,7 @@ def revocab(head_dir: Path, shard_dirs: list[Path], size: int, keep: bool, out_d
     """Write the head with its new draft vocabulary to out_dir; returns the card's record of the change."""
     from safetensors import safe_open
 
-    from core.draft_head import DRAFT_VOCAB_FILE, EagleHead, load_head, save_head
+    from core.drafters.draft_head import DRAFT_VOCAB_FILE, EagleHead, load_head, save_head
     from core.train.data import coverage
     from core.train.prune import shard_token_counts
 

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
 
     def write() -> dict:
-        from core.models import load_target
+        from core.models.target import load_target
 
         target, tok = load_target(a.model, None, a.dtype)
         return write_sources(target, tok, a.n, out, a.batch, a.new_tokens, a.temperature, a.seed)

@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                     raise ValueError(f"--settings must give '{key}'")
             print(json.dumps(pack_round(a.shards, a.out, settings), indent=1))
         else:
-            from core.models import load_target
+            from core.models.target import load_target
 
             card = json.loads((a.folder / CARD).read_text())
             target, _ = load_target(card["model"], dtype=a.dtype)

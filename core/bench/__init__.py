@@ -1,0 +1,1 @@
+"""The benchmark (`python -m core.bench`): plan, runners, pure report arithmetic, questions."""
