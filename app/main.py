@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the flags, load the model and head they name, build the UI and serve until stopped."""
     args = parse_args(argv)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phone-home calls (offline machines)
-    from app import zerogpu  # first: on ZeroGPU `spaces` must be imported before anything touches CUDA
+    import app.zerogpu as zerogpu  # first: on ZeroGPU `spaces` must be imported before anything touches CUDA
 
     plan = zerogpu.startup(zerogpu.spaces_module() is not None, args.device, args.dtype, args.tree)
     from app.inputs import Limits

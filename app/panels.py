@@ -8,7 +8,7 @@ import dataclasses
 
 import gradio as gr
 
-from app import history as hist
+import app.history as hist
 from app.handlers import LANE_TITLES, step_slider
 from app.links import LINK_FIELDS, copy_js, from_query
 from app.plots import stats_figure, tree_figure

@@ -11,7 +11,7 @@ the server's, not one visitor's: a switch changes it for every later request (a 
 its hardware can hold).
 
 A head folder (typed path, or uploaded as a .zip or as the folder's files) is read as `python -m core.interop
-check` reads it (core.interop.vllm_problems: config, weight names, what a serving engine would refuse; reported,
+check` reads it (core.drafters.heads.vllm_problems: config, weight names, what a serving engine would refuse; reported,
 not refused), then bound to the served target: a head whose hidden size or vocabulary does not fit the model is
 refused with core's one-line message and the served head stays.
 """
@@ -105,7 +105,7 @@ def head_folder(path: str | None = None, files: list[str] | None = None) -> Path
 
 def interop_report(folder: Path) -> str:
     """What `python -m core.interop check` says of the folder, in one line."""
-    from core.interop import vllm_problems
+    from core.drafters.heads import vllm_problems
 
     problems = vllm_problems(folder)
     return "vLLM reads it unedited" if not problems else f"vLLM: {len(problems)} problem(s): " + "; ".join(problems[:3])
@@ -113,13 +113,10 @@ def interop_report(folder: Path) -> str:
 
 def bind_head(bundle: Bundle, folder: Path) -> Bundle:
     """The bundle with its EAGLE-2 lane drafting with the head in `folder`; ValueError when it does not fit."""
-    from core.engine.eagle import Eagle2Decoder
-    from core.drafters.heads import make_drafter
-    from core.pipeline import read_head
+    from core.pipeline import decoder_for
 
     target = bundle.baseline.target
-    drafter = make_drafter(read_head(folder, target), target)  # ValueError: hidden size / vocabulary mismatch
-    eagle = Eagle2Decoder(target, drafter)
+    eagle = decoder_for(folder, target)  # ValueError: hidden size / vocabulary mismatch
     return replace(bundle, name=f"{bundle.name} + {folder.name}", eagle=eagle,
                    info=bundle.info.split(" · head:")[0] + f" · head: `{folder.name}` (uploaded or chosen)")
 

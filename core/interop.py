@@ -18,21 +18,12 @@ import json
 import sys
 from pathlib import Path
 
+from core.drafters.heads import vllm_problems  # noqa: F401  (the check `check` runs; it lives with the rules)
+
 from core.cli import fail
 from core.paths import data_dir
 
 DATA = data_dir()  # $EAGLE_DATA_DIR, else ../shared/data (core/paths.py)
-
-def vllm_problems(head_dir: str | Path) -> list[str]:
-    """What stops vLLM 0.32's EAGLE drafters from loading this head folder unedited (empty list: nothing); the rules
-    are the head kind's own (core/drafters/heads.py `vllm`, core/drafters/vllm.py)."""
-    from core.drafters.heads import kind_of_folder, weight_names
-
-    p = Path(head_dir)
-    kind = kind_of_folder(p)  # ValueError without config.json
-    raw = json.loads((p / "config.json").read_text())
-    return kind.vllm(raw, {k.removeprefix("model.") for k in weight_names(p)})
-
 
 def export(head_dir: str | Path, out_dir: str | Path, engine: str) -> None:
     """Rewrite an EAGLE-1/2 head folder for `engine` (core.drafters.draft_head.save_head), keeping its dtype and card."""

@@ -186,3 +186,12 @@ def describe_head(head: nn.Module) -> str:
 def make_drafter(head: nn.Module, target: TargetModel) -> Drafter:
     """Bind a head to a target through its registered drafter (ValueError when shapes do not fit)."""
     return kind_of(head).drafter(head, target)
+
+
+def vllm_problems(head_dir: str | Path) -> list[str]:
+    """What stops vLLM 0.32's EAGLE drafters from loading this head folder unedited (empty list: nothing); the rules
+    are the head kind's own (this registry's `vllm`, core/drafters/vllm.py)."""
+    p = Path(head_dir)
+    kind = kind_of_folder(p)  # ValueError without config.json
+    raw = json.loads((p / "config.json").read_text())
+    return kind.vllm(raw, {k.removeprefix("model.") for k in weight_names(p)})

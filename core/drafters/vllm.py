@@ -2,6 +2,7 @@
 gives each kind, checked on a folder's config.json and weight names (core/interop.py `vllm_problems`)."""
 from __future__ import annotations
 
+
 from core.drafters.draft_head import layer_count, vllm_blockers
 
 # EAGLE-1/2 weight names vLLM's EagleLlamaForCausalLM has parameters for (layer 0 has no input_layernorm; an own
@@ -49,3 +50,4 @@ def eagle_problems(raw: dict, keys: set[str]) -> list[str]:
 
 def medusa_problems(raw: dict, keys: set[str]) -> list[str]:
     return ["a Medusa head: vLLM's EAGLE drafters do not read it (vLLM's own Medusa drafter uses another layout)"]
+
