@@ -8,6 +8,8 @@ of a tokenizer; nothing here loads a model.
 """
 from __future__ import annotations
 
+from core.prompt import encode_messages  # noqa: F401  (re-exported: the one place prompts become ids)
+
 ROLES = ("system", "user", "assistant")
 MAX_MESSAGES = 64  # a request's history, at most; the token cap bounds the rest
 
@@ -45,21 +47,6 @@ def with_system(messages: list[dict[str, str]], system: str | None) -> list[dict
         return list(messages)
     return [{"role": "system", "content": system}, *messages]
 
-
-def encode_messages(tokenizer, messages: list[dict[str, str]]) -> list[int]:
-    """A checked history -> prompt ids: the chat template applied with the assistant turn opened. ValueError when the
-    tokenizer has no chat template (a base model continues text; it has no turns to keep)."""
-    if not getattr(tokenizer, "chat_template", None):
-        raise ValueError("a conversation needs a chat model (a tokenizer with a chat_template); this model takes "
-                         "raw text")
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding in newer transformers
-        ids = ids["input_ids"]
-    if ids and isinstance(ids[0], list):
-        ids = ids[0]
-    if not ids:
-        raise ValueError("the conversation encodes to no tokens")
-    return [int(i) for i in ids]
 
 
 def answered(messages: list[dict[str, str]], answer: str) -> list[dict[str, str]]:

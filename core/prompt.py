@@ -56,6 +56,22 @@ def encode_prompt(tokenizer, text: str, mode: str = "auto", system: str | None =
     return [int(i) for i in ids]
 
 
+def encode_messages(tokenizer, messages: list[dict[str, str]]) -> list[int]:
+    """A checked history -> prompt ids: the chat template applied with the assistant turn opened. ValueError when the
+    tokenizer has no chat template (a base model continues text; it has no turns to keep)."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("a conversation needs a chat model (a tokenizer with a chat_template); this model takes "
+                         "raw text")
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding in newer transformers
+        ids = ids["input_ids"]
+    if ids and isinstance(ids[0], list):
+        ids = ids[0]
+    if not ids:
+        raise ValueError("the conversation encodes to no tokens")
+    return [int(i) for i in ids]
+
+
 def prompt_limit(max_positions: int | None, cfg, cap: int | None = None) -> int:
     """The most prompt tokens that fit: the context (`max_positions`; None = unknown) less `cfg.max_new_tokens`, the
     tree's reach and one, and at most `cap`."""

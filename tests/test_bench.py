@@ -146,7 +146,7 @@ def test_sampled_run_with_auto_tree(stack, tmp_path, capsys):
 
 def test_auto_calibrates_on_a_held_out_prompt_never_a_measured_one(stack, tmp_path, monkeypatch):
     """`--tree auto` plans on CALIBRATION_PROMPT: the ids choose_tree sees are none of the measured prompts'."""
-    import core.bench as bench_mod
+    import core.bench.cli as bench_mod
     from transformers import AutoTokenizer
 
     seen = []

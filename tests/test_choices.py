@@ -38,8 +38,8 @@ def test_pinned_routes_are_used_and_nothing_is_timed(tmp_path, monkeypatch):
         monkeypatch.setattr(kernels, name, no_timing)
     pin(tmp_path, lm_head="vocab_major", lazy_rows=True, body_onednn_rows=[1, 4], draft_head="linear",
         draft_onednn_rows=[2])
-    tgt = TargetModel(tiny_model("llama"))
-    dr = EagleDrafter(tiny_head(tgt), tgt)
+    tgt = TargetModel(tiny_model("llama")).accelerate()  # the acceleration step the product runs after loading
+    dr = EagleDrafter(tiny_head(tgt), tgt).accelerate()
     assert (tgt.head_kernel, tgt.lazy_rows, tgt.onednn_rows) == ("vocab_major", True, frozenset({1, 4}))
     d = choices.describe(tgt, dr)
     assert d["lm_head"] == "vocab_major" and d["body_onednn_rows"] == [1, 4] and d["source"].startswith("pinned")
@@ -49,8 +49,8 @@ def test_pinned_routes_are_used_and_nothing_is_timed(tmp_path, monkeypatch):
 def test_a_choices_file_is_written_by_one_run_and_read_by_the_next(tmp_path):
     path = tmp_path / "run.json"
     choices.use(path)  # does not exist yet: this run times and writes
-    tgt = TargetModel(tiny_model("llama"))
-    dr = EagleDrafter(tiny_head(tgt), tgt)
+    tgt = TargetModel(tiny_model("llama")).accelerate()
+    dr = EagleDrafter(tiny_head(tgt), tgt).accelerate()
     assert choices.save(tgt, dr) == path and choices.save(tgt, dr) is None  # written once, never overwritten
     written = json.loads(path.read_text())
     assert written["lm_head"] == tgt.head_kernel and written["dtype"] == "float32"
@@ -70,7 +70,7 @@ def test_a_bad_choices_file_is_refused_with_its_name(tmp_path, bad, msg):
 def test_a_pinned_kernel_this_machine_lacks_is_refused(tmp_path):
     pin(tmp_path, lm_head="no_such_kernel")
     with pytest.raises(ValueError, match="pinned lm_head 'no_such_kernel' is not available"):
-        TargetModel(tiny_model("llama"))
+        TargetModel(tiny_model("llama")).accelerate()
 
 
 def _paths() -> list[tuple]:
@@ -84,15 +84,15 @@ def test_each_pinned_path_gives_the_plain_paths_tokens(tmp_path, lm_head, lazy, 
     drafter's own head kernel and layer route): baseline and EAGLE-2 equal the plain path's tokens."""
     cfg = DecodeConfig(40, tree=TreeConfig(12, 4, 3, lookup=8))
     pin(tmp_path, lm_head="linear", lazy_rows=False, body_onednn_rows=[], draft_head="linear", draft_onednn_rows=[])
-    plain = TargetModel(tiny_model("llama"))
+    plain = TargetModel(tiny_model("llama")).accelerate()
     ref, _ = run(BaselineDecoder(plain), PROMPT, cfg)
     pin(tmp_path, lm_head=lm_head, lazy_rows=lazy, body_onednn_rows=list(body), draft_head=lm_head,
         draft_onednn_rows=[1, 2, 4, 8] if body else [])
-    tgt = TargetModel(tiny_model("llama"))
+    tgt = TargetModel(tiny_model("llama")).accelerate()
     assert (tgt.head_kernel, tgt.lazy_rows, sorted(tgt.onednn_rows)) == (lm_head, lazy, sorted(body)) or (
         body and not kernels.onednn_head_works(tgt.dtype))
     base, _ = run(BaselineDecoder(tgt), PROMPT, cfg)
-    eagle, _ = run(Eagle2Decoder(tgt, EagleDrafter(tiny_head(tgt), tgt)), PROMPT, cfg)
+    eagle, _ = run(Eagle2Decoder(tgt, EagleDrafter(tiny_head(tgt), tgt).accelerate()), PROMPT, cfg)
     assert base == ref and eagle == ref
 
 

@@ -63,11 +63,12 @@ def test_run_api_takes_stop_strings(server):
 
 
 def test_cheap_events_never_take_a_place_in_the_queue(server):
-    """Only the two generation endpoints are queued; the step scrubber, Stop, the lane choice and the slider
-    bookkeeping run outside the queue, so scrubbing can neither fill it nor wait behind a generation."""
+    """Only device work is queued (the two generation endpoints, and the picker's model switch and head change,
+    which load weights); the step scrubber, Stop, the lane choice and the slider bookkeeping run outside the queue,
+    so scrubbing can neither fill it nor wait behind a generation."""
     demo, _ = server
     queued = sorted(fn.name for fn in demo.fns.values() if fn.queue)
-    assert queued == ["run", "stream"], queued
+    assert queued == ["head", "run", "stream", "switch"], queued
     assert any(fn.name == "show_step" and not fn.queue for fn in demo.fns.values())
 
 

@@ -349,6 +349,7 @@ def test_packing_stops_where_the_copies_would_not_fit_in_half_the_spare_memory(m
     assert len(tgt.packed) == 0 and tgt.kernel_choices()["packed_weights"] == 0
 
 
+@pytest.mark.timed  # tests start-up timing: no pinned path (tests/conftest.py)
 def test_acceleration_is_an_explicit_step_the_product_runs(monkeypatch):
     """Constructors time and pack nothing (fakes and other devices stay plain); accelerate() does, once; a pinned
     record (a bench's kernel_choices) is applied without timing; decoder_for accelerates a drafter only when its

@@ -65,7 +65,7 @@ def test_both_lanes_stop_at_the_same_token_and_stay_identical():
     assert stop in out["eagle_text"] and k < len(ids)
     with pytest.raises(gr.Error, match="at most 4 stop strings"):
         pg.run(PROMPT, 8, stop=["a", "b", "c", "d", "e"])
-    views = list(pg.stream(PROMPT, 40, 0.0, 1.0, 0, 16, 6, 6, 10, "none", 0.0, stop + "\n"))
+    views = list(pg.stream(PROMPT, 40, 0.0, 1.0, 0, 16, 6, 6, 10, "none", 0.0, None, stop + "\n"))
     live = views[-2][-1]  # the live record (the last view holds only its compact form)
     assert live.ids("eagle") == ids[:k] == live.ids("baseline")  # the UI's textbox: one stop string per line
 
