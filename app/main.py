@@ -39,7 +39,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--queue-size", type=int, default=32, help="requests waiting at most; more are told 'Queue is full'")
     p.add_argument("--queue-wait", type=float, default=600.0, help="queue deadline (s): longer waits are told 'busy'")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
-    p.add_argument("--tree", default=None, help="'auto': measure this machine at start-up and plan one tree for greedy and one for sampled requests; or T,D,K[,L[,S]] for all (S: dynamic depth's stop_below)")
+    p.add_argument("--tree", default="auto", help="'auto' (default): measure this machine at start-up and plan one "
+                   "tree for greedy and one for sampled requests; 'default': the engine's fixed tree; or T,D,K[,L[,S]] "
+                   "for all (S: dynamic depth's stop_below)")
     p.add_argument("--prompt-mode", default="auto", choices=["auto", "raw", "chat"], help="auto: chat if templated")
     p.add_argument("--system", default=None, help="system prompt for chat mode")
     args = p.parse_args(env_args(p) + (sys.argv[1:] if argv is None else list(argv)))

@@ -13,9 +13,9 @@ from app.inputs import DEFAULT_TREE
 
 
 def auto_or_parse(spec: str | None, eagle, tokenizer) -> TreePlan:
-    """--tree: None keeps the engine default; 'T,D,K[,L[,S]]' is used for every request; 'auto' measures this machine
+    """--tree: None or 'default' keeps the engine default; 'T,D,K[,L[,S]]' is used for every request; 'auto' measures this machine
     once and plans one tree for greedy requests and one for sampled ones (core/engine/autotree.py)."""
-    if not spec:
+    if not spec or spec == "default":
         return TreePlan.fixed(DEFAULT_TREE, "engine default")
     if spec != "auto":
         return TreePlan.fixed(TreeConfig.parse(spec), "given")

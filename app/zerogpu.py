@@ -70,6 +70,6 @@ def startup(zero_gpu: bool, device: str | None, dtype: str | None, tree: str | N
         return Startup(device, dtype, True, tree)
     changes = ["no start-up warm-up"]
     if tree == "auto":
-        changes.append("--tree auto needs the device at start-up: the engine default tree is used")
+        changes.append("the auto tree needs the device at start-up: the engine default tree is used")
         tree = None
     return Startup(device or "cuda", dtype or "bf16", False, tree, "ZeroGPU: " + "; ".join(changes))

@@ -60,8 +60,8 @@ def app_trees(args: argparse.Namespace) -> tuple[object, object, str]:
 
 def bench_argv(args: argparse.Namespace, tree, temperature: float, a: argparse.Namespace, out: Path) -> list[str]:
     """core.bench's arguments for one temperature, with the app's model, head, device and dtype when set."""
-    argv = ["--questions", a.questions, "--max-new-tokens", str(a.max_new_tokens), "--methods", "hf,baseline,eagle2",
-            "--temperature", str(temperature), "--tree", tree_spec(tree), "--json", str(out)]
+    argv = ["--questions", a.questions, "--max-new-tokens", str(a.max_new_tokens), "--methods", a.methods,
+            "--temperature", str(temperature), "--tree", tree_spec(tree), "--split", a.split, "--json", str(out)]
     if a.limit:
         argv += ["--limit", str(a.limit)]
     if a.per_category:
@@ -91,6 +91,7 @@ def table_row(result: dict) -> dict:
     c, s = result["config"], result["summary"]["eagle2"]
     return {"T": c["temperature"], "vs_baseline": s.get("speedup_vs_baseline"), "vs_generate": s.get("speedup_vs_hf"),
             "tau": s.get("tau"), "median_vs_baseline": median_speedup(result), "prompts": c["n_prompts"],
+            "copied_share": s.get("copied_share"), "loops": s.get("loops"),
             "mismatches": s.get("mismatches"), "processor": (c.get("machine") or {}).get("cpu") or c.get("device"),
             "device": c.get("device"), "dtype": c.get("dtype"), "model": c.get("model"), "date": str(c["date"])[:10]}
 
@@ -100,13 +101,17 @@ def markdown(row: dict) -> str:
         return f"{v:.2f}x" if isinstance(v, (int, float)) else "–"
 
     tau = f"{row['tau']:.2f}" if isinstance(row["tau"], (int, float)) else "–"
+    copied = f"{row['copied_share']:.0%}" if isinstance(row.get("copied_share"), (int, float)) else "–"
+    loops = row.get("loops")
+    loops = f"{loops} of {row['prompts']}" if isinstance(loops, int) else "–"
     return (f"| {row['T']:g} | **{x(row['vs_baseline'])}** | {x(row['vs_generate'])} | {tau} "
-            f"| {x(row['median_vs_baseline'])} | {row['prompts']} | {row['processor']}, {row['dtype']} "
-            f"| {row['date']} |")
+            f"| {x(row['median_vs_baseline'])} | {copied} | {loops} | {row['prompts']} "
+            f"| {row['processor']}, {row['dtype']} | {row['date']} |")
 
 
 HEADER = ("| T | EAGLE-2 vs our baseline | vs transformers generate() | τ (tokens per target pass) "
-          "| median per prompt | prompts | processor, dtype | date |\n|---|---|---|---|---|---|---|---|")
+          "| median per prompt | accepted drafts copied by context lookup | outputs ending in a loop | prompts "
+          "| processor, dtype | date |\n|---|---|---|---|---|---|---|---|---|---|")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-category", type=int, default=5, help="first N prompts per category (default 5: 30 of "
                    "Spec-Bench's six groups); 0 for all")
     p.add_argument("--max-new-tokens", type=int, default=UI_MAX_NEW_TOKENS)
+    p.add_argument("--methods", default="hf,baseline,eagle2",
+                   help="core.bench methods (hf, baseline and eagle2 make the table; more, e.g. eagle2-head,hf-pld, "
+                        "land in the JSON)")
+    p.add_argument("--split", default="test", choices=["test", "dev", "all"],
+                   help="question split (default test: published numbers never use the dev rows)")
     p.add_argument("--out", default=str(ROOT / "results"), help="folder for the JSON files")
     p.add_argument("--date", default=datetime.date.today().isoformat(), help="date in the file names")
     a = p.parse_args(argv)
