@@ -1,7 +1,7 @@
 """The device check with pass criteria: exits non-zero unless every claim below holds on the device it runs on.
 
-    python scripts/gpu_check.py [--device cuda|cpu] [--n 4] [--max-new-tokens 48] [--model M] [--questions FILE]
-    python scripts/gpu_check.py --device cpu --write-reference   # record the CPU's tau for the band check
+    python -m scripts.gpu_check [--device cuda|cpu] [--n 4] [--max-new-tokens 48] [--model M] [--questions FILE]
+    python -m scripts.gpu_check --device cpu --write-reference   # record the CPU's tau for the band check
     bash scripts/gpu_check.sh [--device cpu] ...                  # the same, with the cuda tests first
 
 Checks, each printed as PASS or FAIL with its numbers:
@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 TAU_BAND = 0.10  # device tau within 10 % of the CPU's (same outputs; only draft-score rounding differs)
 REFERENCE = ROOT / "results" / "gpu_check_reference.json"
@@ -88,7 +87,7 @@ def bf16_failures(result: dict) -> list[str]:
 def tau_failures(result: dict, reference: dict | None, settings: dict, band: float = TAU_BAND) -> list[str]:
     """Check 4: each TAU_METHODS tau within `band` (relative) of the reference recorded for the same settings."""
     if reference is None or reference.get("settings") != settings:
-        return [f"tau: no CPU reference for {settings} (run scripts/gpu_check.py --device cpu --write-reference)"]
+        return [f"tau: no CPU reference for {settings} (run python -m scripts.gpu_check --device cpu --write-reference)"]
     out = []
     for m in TAU_METHODS:
         got, want = result["summary"].get(m, {}).get("tau"), reference["tau"].get(m)
@@ -103,12 +102,16 @@ def tau_failures(result: dict, reference: dict | None, settings: dict, band: flo
 
 
 def questions_file(given: str | None) -> str:
-    for f in ([given] if given else []) + [str(ROOT.parent.parent / "shared" / "data" / "spec_bench_questions.jsonl"),
-                                           str(ROOT / "shared" / "data" / "spec_bench_questions.jsonl"),
-                                           "../shared/data/spec_bench_questions.jsonl"]:
+    """--questions, else $EAGLE_QUESTIONS, else Spec-Bench's file in data/ or the data folder (core/paths.py)."""
+    import os
+
+    from core.paths import data_dir
+
+    for f in [given, os.environ.get("EAGLE_QUESTIONS"), str(ROOT / "data" / "spec_bench_questions.jsonl"),
+              str(data_dir() / "spec_bench_questions.jsonl")]:
         if f and Path(f).is_file():
             return f
-    raise SystemExit("gpu_check: spec_bench_questions.jsonl not found (give --questions)")
+    raise SystemExit("gpu_check: spec_bench_questions.jsonl not found (give --questions or set EAGLE_QUESTIONS)")
 
 
 def eagle3_folder(model: str | None, out: Path) -> Path:

@@ -18,4 +18,4 @@ if [ "$DEVICE" != "cpu" ]; then
   timeout 600 "$PY" -m pytest -q -m cuda tests/test_cuda.py 2>&1 | tee artifacts/gpu_check/pytest_cuda.log
   set -- --device "$DEVICE" "$@"
 fi
-exec "$PY" scripts/gpu_check.py "$@"
+exec "$PY" -m scripts.gpu_check "$@"

@@ -7,7 +7,7 @@ needs, so earlier runs are re-classified without decoding again:
 - old rule: near tie when min(recorded margins) <= D (one recorded margin could decide alone);
 - new rule: near tie when both margins are recorded and m_baseline + m_method <= D (core.engine.exactness.is_near_tie).
 
-    python scripts/reclassify_near_ties.py [results/*.json ...] [--dtype bfloat16] [--markdown]
+    python -m scripts.reclassify_near_ties [results/*.json ...] [--dtype bfloat16] [--markdown]
 
 Prints one line (or markdown row) per file and method with mismatches: compared prompts, mismatches, unexplained
 under the old rule, unexplained under the new rule, and the largest margin sum seen in ulps at the top logit.
@@ -20,7 +20,6 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.engine.exactness import NEAR_TIE_ULPS, is_near_tie  # noqa: E402
 
