@@ -2,7 +2,7 @@
 bad input is ONE line on stderr, `[PROG: ]error: message`, and exit status 2; no usage block, no traceback. Flags
 are parsed by `Parser`, whose errors follow the same rule; `run` wraps a main that raises ValueError / OSError /
 MemoryError for bad input (DecodeError is a ValueError). `python -m core.interop` and the core.train subtools
-print the same line but keep their exit status 1."""
+print the same line and exit 2 as well."""
 from __future__ import annotations
 
 import argparse

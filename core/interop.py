@@ -152,8 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
     except (ValueError, OSError, KeyError) as e:
-        fail("core.interop", e)
-        return 1  # a refused conversion (tests/test_interop.py pins 1, as for the core.train subtools)
+        return fail("core.interop", e)  # a refused conversion: one line, status 2 (core/cli.py)
 
 
 if __name__ == "__main__":

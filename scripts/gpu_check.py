@@ -42,7 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     p.add_argument("--n", type=int, default=4, help="real prompts per check")
     p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--model", default=None, help="target (default: the packaged Gemma 3 270M)")
+    p.add_argument("--model", default="gemma-3-270m",
+                   help="target (default: the packaged Gemma 3 270M, the model every drafter is shipped for, Medusa too)")
     p.add_argument("--questions", default=None, help="Spec-Bench jsonl (default: ../shared/data or shared/data)")
     p.add_argument("--out", default=str(ROOT / "artifacts" / "gpu_check"))
     p.add_argument("--reference", default=str(REFERENCE))

@@ -128,6 +128,6 @@ def test_engine_exports_keep_what_the_head_computes(tmp_path):
 
 def test_vllm_export_refuses_what_vllm_cannot_read(tmp_path, capsys):
     save_head(init_head(HeadConfig.for_target(64, 128, 5), torch.tensor([0, 3, 9, 40, 127])), tmp_path / "h")
-    assert interop_main(["export", str(tmp_path / "h"), str(tmp_path / "v"), "--engine", "vllm"]) == 1
+    assert interop_main(["export", str(tmp_path / "h"), str(tmp_path / "v"), "--engine", "vllm"]) == 2
     err = capsys.readouterr().err
     assert "vLLM cannot read this head: fc.bias" in err and "d2t/t2d" in err and err.count("\n") == 1

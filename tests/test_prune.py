@@ -114,7 +114,7 @@ def test_prune_refuses_a_size_it_cannot_keep(tmp_path, capsys, size, message):
     save_head(tiny_head(tgt), tmp_path / "head", dtype=torch.float32)
     (tmp_path / "shards").mkdir()
     _shard(tmp_path / "shards" / "shard_00000.safetensors", [1, 2, 3])
-    assert prune.main(["--head", str(tmp_path / "head"), "--shards", str(tmp_path / "shards"), "--size", size]) == 1
+    assert prune.main(["--head", str(tmp_path / "head"), "--shards", str(tmp_path / "shards"), "--size", size]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and message in err and "\n" not in err
     assert not (tmp_path / "head" / DRAFT_VOCAB_FILE).exists()
@@ -131,7 +131,7 @@ def test_prune_refuses_shards_it_cannot_count(tmp_path, capsys, content, message
         _shard(tmp_path / "shards" / "shard_00000.safetensors", content)
     elif content is not None:
         (tmp_path / "shards" / "shard_00000.safetensors").write_bytes(content)  # corrupt
-    assert prune.main(["--head", str(tmp_path / "head"), "--shards", str(tmp_path / "shards"), "--size", "8"]) == 1
+    assert prune.main(["--head", str(tmp_path / "head"), "--shards", str(tmp_path / "shards"), "--size", "8"]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and err.startswith("error: ") and "\n" not in err
     assert not (tmp_path / "head" / DRAFT_VOCAB_FILE).exists()

@@ -98,7 +98,7 @@ def test_revocab_refuses_with_one_line(tmp_path, capsys, case, message):
         save_file({"midlayer.x": torch.zeros(1), **sd}, str(head_dir / "model.safetensors"))
     size = {"small": "10", "large": str(tgt.vocab_size + 1)}.get(case, "70")
     argv = ["--head", str(head_dir), "--shards", str(shards), "--size", size, "--keep", "--out", str(tmp_path / "o")]
-    assert revocab.main(argv) == 1
+    assert revocab.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and message in err and "\n" not in err
     assert not (tmp_path / "o").exists()

@@ -181,7 +181,7 @@ def test_document_prompts_wrap_whole_lines_of_training_text_in_an_instruction(tm
                    for t, _ in TEMPLATES)
     evaluation = tmp_path / "spec_bench_questions.jsonl"
     evaluation.write_text(json.dumps({"id": "q", "text": text}) + "\n")
-    assert documents_main(["--text", str(evaluation), "--out", str(tmp_path / "x.jsonl"), "--n", "1"]) == 1
+    assert documents_main(["--text", str(evaluation), "--out", str(tmp_path / "x.jsonl"), "--n", "1"]) == 2
 
 
 def test_extra_shards_must_exist(setup, tmp_path, capsys):
@@ -340,7 +340,7 @@ def test_sources_stop_with_one_line_when_the_model_writes_no_german(setup, tmp_p
     out = tmp_path / "de" / "prompts.jsonl"
     argv = ["--model", str(setup["model"]), "--out", str(out), "--n", "4", "--batch", "2", "--new-tokens", "6",
             "--dtype", "fp32"]
-    assert sources.main(argv) == 1
+    assert sources.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]  # after the weights' loading bar
     assert err.startswith("error: only 0 of 16 samples read as German")
     assert not out.exists() and len(list(Path(str(out) + ".parts").glob("batch_*.json"))) == 8  # resumable parts

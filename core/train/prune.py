@@ -94,12 +94,12 @@ def prune(head_dir: Path, shard_dirs: list[Path], size: int) -> dict:
 
 def report(work: Callable[[], dict]) -> int:
     """Run a vocabulary command's `work` as a CLI: its record as one JSON line and status 0, or one `error:` line on
-    stderr and status 1 (bad folders, shards and sizes alike)."""
+    stderr and status 2, the CLI convention of core/cli.py (bad folders, shards and sizes alike)."""
     try:
         record = work()
-    except Exception as e:  # noqa: BLE001 - every failure ends as one line and status 1
+    except Exception as e:  # noqa: BLE001 - every failure ends as one line and status 2
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 1
+        return 2
     print(json.dumps(record))
     return 0
 

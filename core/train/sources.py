@@ -169,7 +169,7 @@ def write_once(out: Path, write: Callable[[], dict], errors: tuple[type[Exceptio
         counts = write()
     except errors as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        return 2  # one line, status 2 (core/cli.py's convention)
     print(json.dumps(counts))
     return 0
 
