@@ -46,14 +46,7 @@ def encode_prompt(tokenizer, text: str, mode: str = "auto", system: str | None =
         raise PromptError("prompt is empty")
     msgs = ([{"role": "system", "content": system}] if system and system.strip() else []) + [
         {"role": "user", "content": text}]
-    ids = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
-    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding in newer transformers
-        ids = ids["input_ids"]
-    if ids and isinstance(ids[0], list):
-        ids = ids[0]
-    if not ids:
-        raise PromptError("prompt encodes to no tokens")
-    return [int(i) for i in ids]
+    return _template_ids(tokenizer, msgs, "prompt")
 
 
 def encode_messages(tokenizer, messages: list[dict[str, str]]) -> list[int]:
@@ -62,13 +55,18 @@ def encode_messages(tokenizer, messages: list[dict[str, str]]) -> list[int]:
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("a conversation needs a chat model (a tokenizer with a chat_template); this model takes "
                          "raw text")
+    return _template_ids(tokenizer, messages, "conversation")
+
+
+def _template_ids(tokenizer, messages: list[dict[str, str]], what: str) -> list[int]:
+    """Messages -> ids through the chat template, the assistant turn opened; PromptError when nothing is left."""
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding in newer transformers
         ids = ids["input_ids"]
     if ids and isinstance(ids[0], list):
         ids = ids[0]
     if not ids:
-        raise ValueError("the conversation encodes to no tokens")
+        raise PromptError(f"{what} encodes to no tokens")
     return [int(i) for i in ids]
 
 

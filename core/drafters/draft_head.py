@@ -289,7 +289,21 @@ class Layer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x)), kv
 
 
-class EagleHead(nn.Module):
+class DraftVocab:
+    """The draft vocabulary's two maps, from a head's `vocab_ids` ((Vd,) sorted target ids) and `config.vocab_size`:
+    `d2t` (draft id -> target id offsets, EAGLE-3's layout) and `t2d()` (which target ids are drafted)."""
+
+    @property
+    def d2t(self) -> torch.Tensor:
+        return self.vocab_ids - torch.arange(len(self.vocab_ids), device=self.vocab_ids.device)
+
+    def t2d(self) -> torch.Tensor:
+        m = torch.zeros(self.config.vocab_size, dtype=torch.bool, device=self.vocab_ids.device)
+        m[self.vocab_ids] = True
+        return m
+
+
+class EagleHead(DraftVocab, nn.Module):
     """The draft network. No I/O in __init__; see load_head/save_head."""
 
     def __init__(self, c: HeadConfig, vocab_ids: torch.Tensor | None = None):
@@ -326,14 +340,6 @@ class EagleHead(nn.Module):
             return x, None  # already in the window's buffers: nothing to stack
         return x, ((ks[0], vs[0]) if len(ks) == 1 else (torch.cat(ks, 1), torch.cat(vs, 1)))
 
-    @property
-    def d2t(self) -> torch.Tensor:
-        return self.vocab_ids - torch.arange(len(self.vocab_ids), device=self.vocab_ids.device)
-
-    def t2d(self) -> torch.Tensor:
-        m = torch.zeros(self.config.vocab_size, dtype=torch.bool, device=self.vocab_ids.device)
-        m[self.vocab_ids] = True
-        return m
 
 
 def fuse_projections(head: nn.Module) -> list[torch.Tensor]:

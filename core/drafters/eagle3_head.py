@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from core.drafters.draft_head import MLP, Attention, HeadConfig, RMSNorm, finish_loaded, llama_layer_fields, llama_layer_json
+from core.drafters.draft_head import (MLP, Attention, DraftVocab, HeadConfig, RMSNorm, finish_loaded,
+                                      llama_layer_fields, llama_layer_json)
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class MidLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h)), kv
 
 
-class Eagle3Head(nn.Module):
+class Eagle3Head(DraftVocab, nn.Module):
     """EAGLE-3 draft network; same drafting interface as EagleHead plus target taps and its own LM head."""
 
     is_eagle3 = True
@@ -111,14 +112,6 @@ class Eagle3Head(nn.Module):
         """(..., H) pre-norm head outputs -> (..., Vd) logits over the draft vocabulary."""
         return self.lm_head(self.norm(out))
 
-    @property
-    def d2t(self) -> torch.Tensor:
-        return self.vocab_ids - torch.arange(len(self.vocab_ids), device=self.vocab_ids.device)
-
-    def t2d(self) -> torch.Tensor:
-        m = torch.zeros(self.config.vocab_size, dtype=torch.bool, device=self.vocab_ids.device)
-        m[self.vocab_ids] = True
-        return m
 
 
 def is_eagle3_state(keys) -> bool:
