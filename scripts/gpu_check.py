@@ -116,7 +116,7 @@ def questions_file(given: str | None) -> str:
 
 
 def eagle3_folder(model: str | None, out: Path) -> Path:
-    """An untrained EAGLE-3 head sized for the target, written once under `out` (any head is lossless)."""
+    """An untrained EAGLE-3 head sized for the target, written once per model under `out` (any head is lossless)."""
     import torch
     from transformers import AutoConfig
 
@@ -124,7 +124,7 @@ def eagle3_folder(model: str | None, out: Path) -> Path:
     from core.drafters.eagle3_head import Eagle3Config, init_eagle3_head, save_eagle3_head
     from core.models.target import resolve_model
 
-    folder = out / "eagle3_untrained"
+    folder = out / f"eagle3_untrained_{Path(str(model or 'default')).name}"  # one per target: sizes differ
     if (folder / "model.safetensors").exists():
         return folder
     cfg = AutoConfig.from_pretrained(resolve_model(model)).get_text_config(decoder=True)
