@@ -160,3 +160,13 @@ def test_turns_cli_errors_are_one_line(chat_stack, tmp_path, capsys):
     a = args(chat_stack, tmp_path / "x.json", "--turns", "2")
     a[a.index("--methods") + 1] = "eagle2,hf"
     assert main(a) == 2 and "add the method baseline" in capsys.readouterr().err
+
+
+def test_summaries_count_each_turn_as_its_own_prompt():
+    """With --turns 2 a question is measured twice: the ratio of means pools both turns, never one over the other."""
+    from core.bench.report import per_prompt_speedups, spec_bench_speedup
+
+    rows = [{"question_id": 7, "turn": t, "method": m, "tokens_per_s": v}
+            for t, m, v in ((1, "baseline", 10.0), (1, "eagle2", 10.0), (2, "baseline", 10.0), (2, "eagle2", 30.0))]
+    assert spec_bench_speedup(rows, "eagle2", "baseline") == 2.0  # (10 + 30) / (10 + 10), not turn 2's 3.0
+    assert sorted(per_prompt_speedups(rows, "eagle2", "baseline")) == [1.0, 3.0]

@@ -36,10 +36,15 @@ def mean_tokens_per_s(rows: Sequence[Row], method: str, category: str | None = N
     return sum(r["tokens_per_s"] for r in sel) / len(sel) if sel else None
 
 
+def prompt_key(row: Row) -> tuple[int, int]:
+    """What identifies one measured prompt: the question and its turn (`--turns 2` asks each question twice)."""
+    return row["question_id"], row.get("turn", 1)
+
+
 def spec_bench_speedup(rows: Sequence[Row], method: str, reference: str, category: str | None = None) -> float | None:
     """mean tok/s(method) / mean tok/s(reference) over the prompts both ran (ratio of means), or None."""
-    ref = {r["question_id"]: r["tokens_per_s"] for r in _select(rows, reference, category)}
-    own = {r["question_id"]: r["tokens_per_s"] for r in _select(rows, method, category)}
+    ref = {prompt_key(r): r["tokens_per_s"] for r in _select(rows, reference, category)}
+    own = {prompt_key(r): r["tokens_per_s"] for r in _select(rows, method, category)}
     common = [q for q in own if q in ref]
     if not common:
         return None
@@ -124,11 +129,11 @@ def step_split(rows: Sequence[Row], method: str) -> dict | None:
 def matched_speedup(rows: Sequence[Row], method: str, reference: str) -> tuple[float | None, int]:
     """(speedup, n): spec_bench_speedup over only the prompts where both the method's and the reference's outputs
     equal baseline's (identical_to_baseline True on both rows); (None, 0) when nothing was compared."""
-    same = {r["question_id"] for r in _select(rows, method) if r.get("identical_to_baseline") is True}
-    same &= {r["question_id"] for r in _select(rows, reference) if r.get("identical_to_baseline") is True}
+    same = {prompt_key(r) for r in _select(rows, method) if r.get("identical_to_baseline") is True}
+    same &= {prompt_key(r) for r in _select(rows, reference) if r.get("identical_to_baseline") is True}
     if not same:
         return None, 0
-    kept = [r for r in rows if r["question_id"] in same]
+    kept = [r for r in rows if prompt_key(r) in same]
     return spec_bench_speedup(kept, method, reference), len(same)
 
 
@@ -152,9 +157,8 @@ def spread(xs: Sequence[float]) -> dict | None:
 
 def per_prompt_speedups(rows: Sequence[Row], method: str, reference: str) -> list[float]:
     """tok/s(method) / tok/s(reference) per prompt both ran (the spread beside the ratio of means)."""
-    ref = {r["question_id"]: r["tokens_per_s"] for r in _select(rows, reference)}
-    return [r["tokens_per_s"] / ref[r["question_id"]] for r in _select(rows, method)
-            if ref.get(r["question_id"])]
+    ref = {prompt_key(r): r["tokens_per_s"] for r in _select(rows, reference)}
+    return [r["tokens_per_s"] / ref[prompt_key(r)] for r in _select(rows, method) if ref.get(prompt_key(r))]
 
 
 def copied_share(rows: Sequence[Row], method: str) -> float | None:
