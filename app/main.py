@@ -78,9 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     if plan.warm_up:
         warm_up(tok, baseline, eagle, *compare.values())
     tree = auto_or_parse(plan.tree, eagle, tok)
+    verify_ms = tree.verify_ms or verify_costs(target)  # for the "why" what-if: the auto plan's profile when it ran
     demo = build_demo(tok, baseline, eagle, info=info_line(target, eagle, args.head),
                       max_new_tokens=args.max_new_tokens_cap, max_prompt_tokens=args.max_prompt_tokens, tree=tree,
-                      prompt_mode=args.prompt_mode, system=args.system, verify_ms=verify_costs(target),
+                      prompt_mode=args.prompt_mode, system=args.system, verify_ms=verify_ms,
                       compare=compare,
                       limits=Limits(seconds=args.request_seconds, queue=args.queue_size, queue_wait=args.queue_wait))
     print(f"[eagle-playground] ready at {serve(demo, args.host, args.port, args.share)}", flush=True)

@@ -2,6 +2,7 @@
 
 No layout and no per-request work here; app.py calls these once before serving.
 """
+import dataclasses
 import logging
 from pathlib import Path
 
@@ -22,6 +23,7 @@ def auto_or_parse(spec: str | None, eagle, tokenizer) -> TreePlan:
     from core.engine.autotree import describe, plan_regimes
 
     plan, reports = plan_regimes(eagle, tokenizer("The history of the printing press").input_ids, max_new_tokens=48)
+    plan = dataclasses.replace(plan, verify_ms=dict(reports["greedy"].verify_ms))  # reused by the "why" what-if
     logging.getLogger("eagle_playground").info(
         "auto tree: greedy %s, sampled %s (verify ms by tree size %s)", describe(plan.greedy), describe(plan.sampled),
         {n: round(v, 1) for n, v in reports["greedy"].verify_ms.items()})

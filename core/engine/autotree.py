@@ -55,6 +55,7 @@ class TreePlan:
     greedy: TreeConfig
     sampled: TreeConfig
     source: str = "engine default"  # "engine default" | "given" | "auto: ..."
+    verify_ms: dict[int, float] | None = None  # auto: the verify profile it planned with (tree tokens -> ms)
 
     @classmethod
     def fixed(cls, tree: TreeConfig, source: str) -> TreePlan:
