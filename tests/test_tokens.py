@@ -69,6 +69,32 @@ def test_pack_round_and_rebuild_reproduce_the_run(tmp_path):
     assert json.loads((out / "head" / "training.json").read_text())["data"]["sequences"] == len(want)
 
 
+def test_rebuild_first_shards_with_eagle3_taps(tmp_path):
+    """--shards N rebuilds a prefix of the round; --head-type eagle3 stores the layer taps of the same forward,
+    which EAGLE-3 training reads (load_shards(taps=True)) beside the EAGLE-1/2 feature."""
+    from core.drafters.heads import kind_named
+    from core.train.data import features, load_shards
+
+    files = training_files(tmp_path / "files")
+    run = tmp_path / "run"
+    assert train_main(args(files, run, 1) + ["--data-only", "--seed", "3"]) == 0
+    assert len(list((run / "shards").glob("shard_*.safetensors"))) >= 2
+    pack_round(run / "shards", tmp_path / "packed", {"model": str(files["model"]), "seed": 3, "sample_share": 0.0})
+    target = TargetModel(tiny_model("llama").eval())
+    taps = kind_named("eagle3").taps(target.num_layers)
+    stats = rebuild(tmp_path / "packed", tmp_path / "rebuilt", target, taps, limit=1)
+    rebuilt = sorted((tmp_path / "rebuilt").glob("shard_*.safetensors"))
+    assert [p.name for p in rebuilt] == ["shard_00000.safetensors"]
+    first = load_file(str(run / "shards" / "shard_00000.safetensors"))
+    assert stats["tokens_rebuilt"] == first["ids"].numel()
+    seqs = load_shards(tmp_path / "rebuilt", taps=True)
+    ids = [s[0].tolist() for s in seqs]
+    want = features(target, ids, taps)
+    for (_, feat, tp), (_, f2, t2) in zip(seqs, want):
+        assert tp.shape == (feat.shape[0], 3 * target.hidden_size)
+        assert torch.equal(tp, t2) and torch.equal(feat, f2)
+
+
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     (tmp_path / "s.json").write_text(json.dumps({"seed": 1, "sample_share": 0.3}))
     assert main(["pack", str(tmp_path / "none"), str(tmp_path / "o"), "--settings", str(tmp_path / "s.json")]) == 2

@@ -9,7 +9,10 @@ byte a token on chat answers. A later session, on a machine where runs/ is gone,
 
     python -m core.train.tokens rebuild data/tokens/MODEL/ROUND --out runs/ROUND/shards
 
-and trains on them with `python -m core.train ... --skip-data --extra-shards runs/ROUND/shards`.
+and trains on them with `python -m core.train ... --skip-data --extra-shards runs/ROUND/shards`. `--head-type eagle3`
+also stores the EAGLE-3 layer taps from the same forward (one rebuild serves both head kinds); `--shards N` rebuilds
+only the first N shards (a session's worth: on an AVX2 CPU a 19k-token shard of the 0.5B chat model takes about
+100 s in fp32).
 
 Features from a teacher-forced forward equal the ones generation computed up to the order kernels sum in (one
 forward over the whole sequence instead of one token at a time), which training does not mind.
@@ -102,30 +105,33 @@ def pack_round(shards: Path, out: Path, settings: dict) -> dict:
     return card
 
 
-def rebuild(folder: Path, out: Path, target) -> dict:
+def rebuild(folder: Path, out: Path, target, taps: tuple[int, ...] = (), limit: int = 0) -> dict:
     """Feature shards (the layout core/train/data.py writes) from a packed round, by teacher-forced forwards.
 
     Each shard gets back its own name and sequences, so the run that made the round resumes over the rebuilt
     folder (rerun its command with --out at the rebuilt run: the planned batches already on disk are skipped).
-    Resumes itself like data generation: a shard already on disk is skipped.
+    Resumes itself like data generation: a shard already on disk is skipped. `taps` (layer indices) also stores
+    EAGLE-3's fused layer features (`taps`, bf16 (n, 3H)); `limit` > 0 rebuilds only the first `limit` shards.
     """
     from core.train.data import features
 
     seqs, gen, _, index = unpack((folder / PACKED).read_bytes())
     out.mkdir(parents=True, exist_ok=True)
     t0, done = time.time(), 0
-    for i in sorted(set(index)):
+    for i in sorted(set(index))[: limit or None]:
         path = out / f"shard_{i:05d}.safetensors"
         rows = [k for k, j in enumerate(index) if j == i]
         if path.exists():
             continue
-        part = features(target, [seqs[k] for k in rows])
+        part = features(target, [seqs[k] for k in rows], taps)
         lens = torch.tensor([len(s[0]) for s in part], dtype=torch.long)
-        save_file({"ids": torch.tensor([t for s in part for t in s[0]], dtype=torch.int32),
-                   "feat": torch.cat([s[1] for s in part]).contiguous(),
-                   "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)]),
-                   "generated": torch.tensor([gen[k] for k in rows], dtype=torch.long)},
-                  str(path.with_suffix(".tmp")))
+        shard = {"ids": torch.tensor([t for s in part for t in s[0]], dtype=torch.int32),
+                 "feat": torch.cat([s[1] for s in part]).contiguous(),
+                 "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)]),
+                 "generated": torch.tensor([gen[k] for k in rows], dtype=torch.long)}
+        if taps:
+            shard["taps"] = torch.cat([s[2] for s in part]).contiguous()
+        save_file(shard, str(path.with_suffix(".tmp")))
         path.with_suffix(".tmp").rename(path)
         done += int(lens.sum())
     secs = time.time() - t0
@@ -144,7 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     rb = sub.add_parser("rebuild", help="recompute feature shards from a packed round")
     rb.add_argument("folder", type=Path)
     rb.add_argument("--out", required=True, type=Path, help="where the feature shards go (e.g. runs/q5/shards)")
-    rb.add_argument("--dtype", default="auto")
+    rb.add_argument("--dtype", default="auto",
+                    help="bf16 | fp32 | auto (default: the faster of the two for a batched forward here, timed)")
+    rb.add_argument("--head-type", default="eagle", help="eagle3 also stores its layer taps")
+    rb.add_argument("--shards", type=int, default=0, help="rebuild only the first N shards (0: all)")
     a = p.parse_args(argv)
     try:
         if a.cmd == "pack":
@@ -154,11 +163,20 @@ def main(argv: list[str] | None = None) -> int:
                     raise ValueError(f"--settings must give '{key}'")
             print(json.dumps(pack_round(a.shards, a.out, settings), indent=1))
         else:
+            from core.drafters.heads import kind_named
+            from core.models.kernels import bf16_matmul_is_faster
             from core.models.target import load_target
 
             card = json.loads((a.folder / CARD).read_text())
-            target, _ = load_target(card["model"], dtype=a.dtype)
-            print(json.dumps(rebuild(a.folder, a.out, target), indent=1))
+            kind = kind_named(a.head_type)
+            # A teacher-forced forward is a batched product: with --dtype auto, time that shape (not a decode step);
+            # bf16 is 8x slower than fp32 for it on an AVX2-only processor, faster where the CPU has bf16 units.
+            target, _ = load_target(card["model"], dtype="fp32" if a.dtype == "auto" else a.dtype)
+            if a.dtype == "auto" and bf16_matmul_is_faster(target.hidden_size):
+                target, _ = load_target(card["model"], dtype="bf16")
+            taps = kind.taps(target.num_layers)
+            result = rebuild(a.folder, a.out, target, taps, a.shards)
+            print(json.dumps({**result, "dtype": str(target.dtype), "taps": list(taps)}, indent=1))
     except (OSError, ValueError, KeyError) as e:
         print(f"[core.train.tokens] error: {e}", file=sys.stderr)
         return 2
