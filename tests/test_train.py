@@ -494,3 +494,23 @@ def test_resume_is_refused_for_other_data_or_other_arguments(tmp_path):
     longer = fit(new_head(), target.embed, w, seqs, FitConfig(**{**cfg.__dict__, "epochs": 2}), tmp_path,
                  lambda m: None)
     assert longer["steps"] > 0
+
+
+def test_evaluate_cli_reproduces_the_training_card(setup, tmp_path, capsys):
+    """`python -m core.train.evaluate` on a trained head, with the card's tree (head alone) and settings, gives the
+    card's own τ: an old head from git history can be put on the same curve as a new round."""
+    from core.engine.config import TreeConfig
+    from core.train.evaluate import main as evaluate_main
+
+    out = tmp_path / "run"
+    assert main(args(setup, out, 1)) == 0
+    card = json.loads((out / "head" / "training.json").read_text())["evaluation"]
+    capsys.readouterr()
+    assert evaluate_main(["--questions", str(setup["questions.jsonl"]), "--per-category", "1",
+                          "--max-new-tokens", "8", "--model", str(setup["model"]), "--head", str(out / "head"),
+                          "--dtype", "fp32", "--tree", TreeConfig(lookup=0).spec(), "--temperatures", "0",
+                          "--chat"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["prompt_mode"] == "raw"  # the word tokenizer has no chat template: --chat falls back to raw text
+    want = next(r for r in card["results"] if r["temperature"] == 0.0)
+    assert got["results"][0]["tau"] == pytest.approx(want["tau"])

@@ -87,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=None)
     p.add_argument("--head", default=None)
     p.add_argument("--dtype", default="bf16")
-    p.add_argument("--tree", default=None, help="T,D,K (default: the engine's default tree)")
+    p.add_argument("--tree", default=None, help="T,D,K[,L] (default: the engine's default tree; the training "
+                   "card's tree, the head alone, is 16,6,6,0)")
+    p.add_argument("--chat", action="store_true", help="wrap each question in the model's chat template "
+                   "(as a chat head's training card does)")
     p.add_argument("--json", default=None, help="also write the result here")
     a = p.parse_args(argv)
     try:
@@ -98,8 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = {"questions": a.questions, "per_category": a.per_category,
-           "results": [measure(target, tok, eagle, qs, a.max_new_tokens, t, tree) for t in temps]}
+    mode = "chat" if a.chat and tok.chat_template else "raw"
+    out = {"questions": a.questions, "per_category": a.per_category, "head": a.head, "tree": tree.spec(),
+           "prompt_mode": mode, "dtype": str(target.dtype),
+           "results": [measure(target, tok, eagle, qs, a.max_new_tokens, t, tree, prompt_mode=mode)
+                       for t in temps]}
     text = json.dumps(out, indent=2)
     print(text)
     if a.json:
