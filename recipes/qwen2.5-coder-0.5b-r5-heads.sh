@@ -21,7 +21,9 @@ EVAL=(--eval-questions "$DATA/mt_bench_questions.jsonl" --eval-per-category 10 -
 COMMON=(--model $MODEL --chat --skip-data --extra-shards $R5 --n-prompts 1 --n-text 0 --epochs 1 --max-len 768
         --seed 5 --snapshots 4)
 
-python -m core.train.tokens rebuild data/tokens/$MODEL/r5 --out $R5 --head-type eagle3 --shards "$SHARDS"
+if [ "${REBUILD:-1}" = 1 ]; then  # REBUILD=0 when the shards are on disk already (saves loading the target once)
+  python -m core.train.tokens rebuild data/tokens/$MODEL/r5 --out $R5 --head-type eagle3 --shards "$SHARDS"
+fi
 python -m core.train "${COMMON[@]}" --head-type eagle --out runs/q5-ft --init static/heads/$MODEL \
   --ttt-steps 2 --lr 1e-3 --p-weight 0.5 --tokens-per-batch 4096 "${EVAL[@]}"
 python -m core.train "${COMMON[@]}" --head-type eagle --out runs/q5-eagle --draft-vocab 16384 \
