@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
+    from core.models.kernels import cpu_description
     from core.pipeline import build_decoders
 
     p = argparse.ArgumentParser(prog="python -m core.train.evaluate", description=main.__doc__)
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     mode = "chat" if a.chat and tok.chat_template else "raw"
     out = {"questions": a.questions, "per_category": a.per_category, "head": a.head, "tree": tree.spec(),
-           "prompt_mode": mode, "dtype": str(target.dtype),
+           "prompt_mode": mode, "dtype": str(target.dtype), "cpu": cpu_description(),
            "results": [measure(target, tok, eagle, qs, a.max_new_tokens, t, tree, prompt_mode=mode)
                        for t in temps]}
     text = json.dumps(out, indent=2)
