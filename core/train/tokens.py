@@ -1,8 +1,9 @@
 """A round's training data as token ids only: packed small enough to commit, rebuilt into feature shards later.
 
-Generating a round's answers is the expensive part of making a head (hours on a 2-core CPU); its features are not:
-one teacher-forced forward over the stored sequences recomputes them (`data.features`, several times faster than
-generation). So every round keeps, in git, what the target wrote: `tokens.safetensors.xz`, an xz-compressed
+Generating a round's answers is the expensive part of making a head (hours on a 2-core CPU); its features are
+cheaper: one teacher-forced forward over the stored sequences recomputes them (`data.features`). How much cheaper
+depends on the processor: on a GPU or a CPU with bf16 units far faster than generating; on an AVX2-only CPU (fp32)
+a 0.5B target rebuilt 133 tokens/s, no faster than the AVX-512 machine had generated them. So every round keeps, in git, what the target wrote: `tokens.safetensors.xz`, an xz-compressed
 safetensors file with the concatenated ids (int32), the sequence offsets, tokens generated per sequence and whether
 each was sampled, plus `round.json` (model, prompt file and its sha256, the generation settings, counts). About one
 byte a token on chat answers. A later session, on a machine where runs/ is gone, rebuilds the shards with
