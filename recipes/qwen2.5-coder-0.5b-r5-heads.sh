@@ -19,25 +19,28 @@ DATA="${DATA:-../shared/data}"
 SHARDS=${SHARDS:-16}
 MODEL=qwen2.5-coder-0.5b-instruct
 R5=runs/q5-data/shards
-EVAL=(--eval-questions "$DATA/mt_bench_questions.jsonl" --eval-per-category 10 --eval-max-new 64)
 PAIR_SHARDS=${PAIR_SHARDS:-8}
 PAIR=runs/q5-data${PAIR_SHARDS}/shards  # links to the first PAIR_SHARDS rebuilt shards
 mkdir -p $PAIR
 for i in $(seq 0 $((PAIR_SHARDS - 1))); do ln -sf "$(realpath $R5)/$(printf 'shard_%05d' "$i").safetensors" $PAIR/; done
-BASE=(--model $MODEL --chat --skip-data --n-prompts 1 --n-text 0 --epochs 1 --max-len 768 --seed 5)
-PAIR_EVAL=(--eval-questions "$DATA/mt_bench_questions.jsonl" --eval-per-category "${PAIR_CARD:-5}" --eval-max-new 64
-           --snapshots "${PAIR_SNAPSHOTS:-0}")
 
 if [ "${REBUILD:-1}" = 1 ]; then  # REBUILD=0 when the shards are on disk already (saves loading the target once)
   python -m core.train.tokens rebuild data/tokens/$MODEL/r5 --out $R5 --head-type eagle3 --shards "$SHARDS"
 fi
-python -m core.train "${BASE[@]}" --extra-shards $R5 --snapshots 4 --head-type eagle --out runs/q5-ft \
-  --init static/heads/$MODEL \
-  --ttt-steps 2 --lr 1e-3 --p-weight 0.5 --tokens-per-batch 4096 "${EVAL[@]}"
-python -m core.train "${BASE[@]}" --extra-shards $PAIR --head-type eagle --out runs/q5-eagle --draft-vocab 16384 \
-  --ttt-steps 2 --lr 2e-3 --p-weight 0.5 --tokens-per-batch 2048 "${PAIR_EVAL[@]}"
-python -m core.train "${BASE[@]}" --extra-shards $PAIR --head-type eagle3 --out runs/q5-eagle3 --draft-vocab 16384 \
-  --ttt-steps 5 --lr 1e-3 --tokens-per-batch 2048 "${PAIR_EVAL[@]}"
+python -m core.train --model $MODEL --chat --skip-data --extra-shards $R5 --n-prompts 1 --n-text 0 --epochs 1 \
+  --max-len 768 --seed 5 --snapshots 4 --head-type eagle --out runs/q5-ft --init static/heads/$MODEL \
+  --ttt-steps 2 --lr 1e-3 --p-weight 0.5 --tokens-per-batch 4096 \
+  --eval-questions "$DATA/mt_bench_questions.jsonl" --eval-per-category 10 --eval-max-new 64
+python -m core.train --model $MODEL --chat --skip-data --extra-shards $PAIR --n-prompts 1 --n-text 0 --epochs 1 \
+  --max-len 768 --seed 5 --head-type eagle --out runs/q5-eagle --draft-vocab 16384 \
+  --ttt-steps 2 --lr 2e-3 --p-weight 0.5 --tokens-per-batch 2048 \
+  --eval-questions "$DATA/mt_bench_questions.jsonl" --eval-per-category "${PAIR_CARD:-5}" --eval-max-new 64 \
+  --snapshots "${PAIR_SNAPSHOTS:-0}"
+python -m core.train --model $MODEL --chat --skip-data --extra-shards $PAIR --n-prompts 1 --n-text 0 --epochs 1 \
+  --max-len 768 --seed 5 --head-type eagle3 --out runs/q5-eagle3 --draft-vocab 16384 \
+  --ttt-steps 5 --lr 1e-3 --tokens-per-batch 2048 \
+  --eval-questions "$DATA/mt_bench_questions.jsonl" --eval-per-category "${PAIR_CARD:-5}" --eval-max-new 64 \
+  --snapshots "${PAIR_SNAPSHOTS:-0}"
 # The round-4 head on the same card and machine (the anchor of the curve; old heads come from git history):
 python -m core.train.evaluate --questions "$DATA/mt_bench_questions.jsonl" --per-category 10 --max-new-tokens 64 \
   --model $MODEL --head static/heads/$MODEL --dtype auto --tree 16,6,6,0 --chat --temperatures 0 --json runs/card_r4.json

@@ -27,7 +27,9 @@ def commands(text: str, module: str) -> list[list[str]]:
         if not m:
             continue
         rest = m.group(1).split("#")[0].split("`")[0]
-        rest = re.sub(r"\$\{?(\w+)(?::-[^}]*)?\}?", lambda v: SHELL_DEFAULTS.get(v.group(1), v.group(0)), rest)
+        rest = re.sub(r"\$\{?(\w+)(?::-([^}]*))?\}?",  # a known value, else the ${VAR:-default} the shell takes
+                      lambda v: SHELL_DEFAULTS.get(v.group(1), v.group(2) if v.group(2) is not None else v.group(0)),
+                      rest)
         argv = shlex.split(rest)
         if any(x.startswith("--") for x in argv):  # a command, not the module named in prose
             out.append(argv)
