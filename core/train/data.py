@@ -315,12 +315,8 @@ def build_shards(target: TargetModel, tok, rows: list[dict], out_dir: Path, batc
         seqs, gen = [seqs[j] for j in keep], [gen[j] for j in keep]
         if not seqs:
             continue
-        offsets = torch.tensor([0] + [len(s[0]) for s in seqs]).cumsum(0)
-        shard = {"ids": torch.tensor([t for s in seqs for t in s[0]], dtype=torch.int32),
-                 "feat": torch.cat([s[1] for s in seqs]).contiguous(), "offsets": offsets,
-                 "generated": torch.tensor(gen, dtype=torch.long)}
-        if taps:
-            shard["taps"] = torch.cat([s[2] for s in seqs]).contiguous()
+        shard = shard_tensors(seqs, gen)
+        offsets = shard["offsets"]
         save_file(shard, str(path.with_suffix(".tmp")))
         path.with_suffix(".tmp").rename(path)
         st = stats[b["kind"]]
@@ -334,6 +330,18 @@ def build_shards(target: TargetModel, tok, rows: list[dict], out_dir: Path, batc
     return {k: {"tokens": v[0], "generated": v[1], "seconds": round(v[2], 1),
                 "tokens_per_s": round(v[0] / v[2], 1) if v[2] else None,
                 "generated_per_s": round(v[1] / v[2], 1) if v[2] and v[1] else None} for k, v in stats.items()}
+
+
+def shard_tensors(seqs: list[Sequence], generated: list[int]) -> dict[str, torch.Tensor]:
+    """One shard's tensors (the layout build_shards documents) from (ids, feat, taps or None) sequences and the
+    tokens the target generated in each; `taps` only when the sequences carry them."""
+    shard = {"ids": torch.tensor([t for s in seqs for t in s[0]], dtype=torch.int32),
+             "feat": torch.cat([s[1] for s in seqs]).contiguous(),
+             "offsets": torch.tensor([0] + [len(s[0]) for s in seqs], dtype=torch.long).cumsum(0),
+             "generated": torch.tensor(generated, dtype=torch.long)}
+    if seqs and seqs[0][2] is not None:
+        shard["taps"] = torch.cat([s[2] for s in seqs]).contiguous()
+    return shard
 
 
 def load_shards(out_dir: Path, taps: bool = False) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:

@@ -2,11 +2,11 @@
 
 Generating a round's answers is the expensive part of making a head (hours on a 2-core CPU); its features are
 cheaper: one teacher-forced forward over the stored sequences recomputes them (`data.features`). How much cheaper
-depends on the processor: on a GPU or a CPU with bf16 units far faster than generating; on an AVX2-only CPU (fp32)
-a 0.5B target rebuilt 133 tokens/s, no faster than the AVX-512 machine had generated them. So every round keeps, in git, what the target wrote: `tokens.safetensors.xz`, an xz-compressed
-safetensors file with the concatenated ids (int32), the sequence offsets, tokens generated per sequence and whether
-each was sampled, plus `round.json` (model, prompt file and its sha256, the generation settings, counts). About one
-byte a token on chat answers. A later session, on a machine where runs/ is gone, rebuilds the shards with
+depends on the processor: on a GPU or a CPU with bf16 units far faster than generating; on an AVX2-only CPU (fp32) a
+0.5B target rebuilt 133 tokens/s, no faster than the AVX-512 machine had generated them. So every round keeps, in
+git, what the target wrote: `tokens.safetensors.xz`, an xz-compressed safetensors file with the concatenated ids
+(int32), the sequence offsets, tokens generated per sequence and whether each was sampled, plus `round.json` (model,
+prompt file and its sha256, the generation settings, counts). About one byte a token on chat answers. A later session, on a machine where runs/ is gone, rebuilds the shards with
 
     python -m core.train.tokens rebuild data/tokens/MODEL/ROUND --out runs/ROUND/shards
 
@@ -114,7 +114,7 @@ def rebuild(folder: Path, out: Path, target, taps: tuple[int, ...] = (), limit: 
     Resumes itself like data generation: a shard already on disk is skipped. `taps` (layer indices) also stores
     EAGLE-3's fused layer features (`taps`, bf16 (n, 3H)); `limit` > 0 rebuilds only the first `limit` shards.
     """
-    from core.train.data import features
+    from core.train.data import features, shard_tensors
 
     seqs, gen, _, index = unpack((folder / PACKED).read_bytes())
     out.mkdir(parents=True, exist_ok=True)
@@ -124,17 +124,10 @@ def rebuild(folder: Path, out: Path, target, taps: tuple[int, ...] = (), limit: 
         rows = [k for k, j in enumerate(index) if j == i]
         if path.exists():
             continue
-        part = features(target, [seqs[k] for k in rows], taps)
-        lens = torch.tensor([len(s[0]) for s in part], dtype=torch.long)
-        shard = {"ids": torch.tensor([t for s in part for t in s[0]], dtype=torch.int32),
-                 "feat": torch.cat([s[1] for s in part]).contiguous(),
-                 "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)]),
-                 "generated": torch.tensor([gen[k] for k in rows], dtype=torch.long)}
-        if taps:
-            shard["taps"] = torch.cat([s[2] for s in part]).contiguous()
+        shard = shard_tensors(features(target, [seqs[k] for k in rows], taps), [gen[k] for k in rows])
         save_file(shard, str(path.with_suffix(".tmp")))
         path.with_suffix(".tmp").rename(path)
-        done += int(lens.sum())
+        done += int(shard["offsets"][-1])
     secs = time.time() - t0
     return {"sequences": len(seqs), "tokens_rebuilt": done, "seconds": round(secs, 1),
             "tokens_per_s": round(done / secs, 1) if done and secs else None}
