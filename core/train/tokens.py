@@ -6,7 +6,8 @@ depends on the processor: on a GPU or a CPU with bf16 units far faster than gene
 0.5B target rebuilt 133 tokens/s, no faster than the AVX-512 machine had generated them. So every round keeps, in
 git, what the target wrote: `tokens.safetensors.xz`, an xz-compressed safetensors file with the concatenated ids
 (int32), the sequence offsets, tokens generated per sequence and whether each was sampled, plus `round.json` (model,
-prompt file and its sha256, the generation settings, counts). About one byte a token on chat answers. A later session, on a machine where runs/ is gone, rebuilds the shards with
+prompt file and its sha256, the generation settings, counts). About one byte a token on chat answers. A later
+session, on a machine where runs/ is gone, rebuilds the shards with
 
     python -m core.train.tokens rebuild data/tokens/MODEL/ROUND --out runs/ROUND/shards
 
