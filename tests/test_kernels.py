@@ -333,6 +333,28 @@ def test_packed_weights_keep_eagle_equal_to_the_baseline(monkeypatch, kind, draf
     assert got == ref and any(len(e.tree) > 1 for e in events)
 
 
+def test_fp16_stays_plain_on_a_processor_whose_onednn_packs_it(monkeypatch):
+    """On an AMX Xeon oneDNN runs and packs fp16 weights (the suite failed there: `packed.add(w.half())` was True).
+    Here that processor is stood in for by oneDNN ops that take every dtype; packing still asks for bf16 or fp32
+    only, so an fp16 weight stays plain whatever the CPU offers, and bf16/fp32 still pack through the same ops."""
+    monkeypatch.setattr(kernels, "_onednn_linear", lambda h, w, b=None: F.linear(h, w, b))
+    monkeypatch.setattr(kernels, "_reorder", lambda w: w.clone())
+    kernels.onednn_head_works.cache_clear()
+    kernels.packing_works.cache_clear()
+    try:
+        assert kernels.onednn_head_works(torch.float16)  # the stand-in runs fp16 as AMX's oneDNN does
+        assert not kernels.packing_works(torch.float16)
+        assert kernels.packing_works(torch.float32)
+        w = torch.randn(40, 16)
+        packed = kernels.PackedWeights()
+        assert not packed.add(w.half()) and len(packed) == 0
+        assert packed.add_within([[w.half()]], spare=10**9) == [False]
+        assert packed.add(w) and len(packed) == 1
+    finally:
+        kernels.onednn_head_works.cache_clear()  # the real answers for the tests after this one
+        kernels.packing_works.cache_clear()
+
+
 def test_packing_stops_where_the_copies_would_not_fit_in_half_the_spare_memory(monkeypatch):
     """Groups are packed in order while their copies fit in half the spare memory; a group that would not fit
     stays plain as a whole. A target near the machine's memory packs its LM head, or nothing, rather than doubling

@@ -83,19 +83,28 @@ def onednn_head_works(dtype: torch.dtype) -> bool:
 
 
 PACK_ROWS = 16  # the row count oneDNN lays a packed weight out for; any row count reads it correctly
+# The dtypes a weight is packed in: the two the start-up timing chooses between. fp16 stays plain on every processor
+# (oneDNN packs it where the CPU has fp16 units, e.g. AMX Xeons, but no timing here ever picked fp16 on a CPU).
+PACKABLE = (torch.bfloat16, torch.float32)
+
+
+def _reorder(w: torch.Tensor) -> torch.Tensor:
+    """(V, H) plain weight -> oneDNN's packed layout of it, laid out for PACK_ROWS rows."""
+    return torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS)
 
 
 @functools.lru_cache(maxsize=None)
 def packing_works(dtype: torch.dtype) -> bool:
     """Whether this torch build packs a `dtype` CPU weight for oneDNN (`_reorder_linear_weight`) and the packed
-    product, bias included, agrees with linear(); a build without the ops simply keeps plain weights."""
-    if not onednn_head_works(dtype):
+    product, bias included, agrees with linear(); a build without the ops simply keeps plain weights. Only the
+    PACKABLE dtypes are asked at all, so the answer for fp16 is False whatever the processor offers."""
+    if dtype not in PACKABLE or not onednn_head_works(dtype):
         return False
     try:
         gen = torch.Generator().manual_seed(0)
         h, w, b = (torch.randn(*s, generator=gen).to(dtype) for s in ((3, 16), (40, 16), (40,)))
         with torch.inference_mode():
-            got = _onednn_linear(h, torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS), b).float()
+            got = _onednn_linear(h, _reorder(w), b).float()
             ref = F.linear(h, w, b).float()
         return got.shape == ref.shape and torch.allclose(got, ref, rtol=2e-2, atol=2e-2)
     except (RuntimeError, AttributeError, NotImplementedError):
@@ -142,7 +151,7 @@ class PackedWeights:
         """Pack `w` (no-op off CPU, for other dtypes, or where packing does not work); True when it is packed."""
         if self.get(w) is None and w.dim() == 2 and w.device.type == "cpu" and packing_works(w.dtype):
             with torch.inference_mode():
-                packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), PACK_ROWS)
+                packed = _reorder(w.detach())
             self._by_id[id(w)] = (w, packed, tensor_version(w))
         return self.get(w) is not None
 
