@@ -40,6 +40,31 @@ from core.models.target import TargetModel
 # with 1 (thread oversubscription whenever anything else runs).
 torch.set_num_threads(1)
 
+# Tests whose path depends on the processor's kernels (oneDNN's packing and linear, ATen's vector units, the dtype
+# timing, near-tie exactness, small-tree equivalence): marked `isa`, and scripts/test.sh runs them again under the
+# oneDNN and ATen caps this machine can emulate (ONEDNN_MAX_CPU_ISA=AVX2 / AVX512_CORE_BF16,
+# ATEN_CPU_CAPABILITY=default), so a fault that would appear on another processor appears here first.
+ISA_SENSITIVE = (
+    "tests/test_kernels.py::",
+    "tests/test_logits.py::",
+    "tests/test_exactness.py::",
+    "tests/test_tree_logits.py::",
+    "tests/test_choices.py::test_each_pinned_path_gives_the_plain_paths_tokens",
+    "tests/test_equivalence.py::test_greedy_eagle_equals_baseline[llama-T24-D5-K4-L0]",
+    "tests/test_equivalence.py::test_greedy_eagle_equals_baseline[qwen2-T24-D5-K4-L10-S0.05]",
+    "tests/test_equivalence.py::test_greedy_eagle_equals_baseline[gemma3-T24-D5-K4-L0]",
+    "tests/test_equivalence.py::test_greedy_eagle_reduced_draft_vocab[llama]",
+)
+ISA_LEFT_OUT = ("tests/test_tree_logits.py::test_the_draft_profile_script",)  # a script's report, not a kernel path
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the ISA_SENSITIVE tests `isa` (scripts/test.sh's capped runs select them with -m isa)."""
+    for item in items:
+        if item.nodeid.startswith(ISA_SENSITIVE) and not item.nodeid.startswith(ISA_LEFT_OUT):
+            item.add_marker(pytest.mark.isa)
+
+
 KINDS = ("llama", "qwen2", "qwen3", "mistral", "gemma3")
 SLIDING_WINDOW = 8
 # 20 tokens: longer than the sliding window of the Mistral and Gemma 3 fixtures

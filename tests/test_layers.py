@@ -181,3 +181,11 @@ def test_one_place_builds_a_speculative_decoder():
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Eagle2Decoder":
                 builders.add(m)
     assert {m for m in builders if not within(m, "core.engine")} == {"core.pipeline"}
+
+
+def test_no_test_reads_the_processor():
+    """A test asks the probes the code asks (core.models.kernels), never the processor itself: an expectation read
+    off one machine's flags fails on the next machine (docs/ARCHITECTURE.md, section 6, rule 10)."""
+    words = ("/proc/" + "cpuinfo", "ls" + "cpu", "get_cpu_" + "capability")  # split so this file is not a hit
+    hits = [f"{p.name}: {w}" for p in sorted((ROOT / "tests").glob("*.py")) for w in words if w in p.read_text()]
+    assert hits == []
