@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     gen = torch.Generator().manual_seed(0)
 
     def step(i: int) -> int:
-        ids, feat, valid, _ = collate(seqs, plan[i % len(plan)], cfg.max_len)
+        ids, feat, valid, *_ = collate(seqs, plan[i % len(plan)], cfg.max_len)
         loss, *_ = losses(head, target.embed, w_draft, ids, feat, valid, cfg, feat_rms, gen)
         loss.backward()
         head.zero_grad(set_to_none=True)

@@ -90,7 +90,7 @@ def test_rebuild_first_shards_with_eagle3_taps(tmp_path):
     seqs = load_shards(tmp_path / "rebuilt", taps=True)
     ids = [s[0].tolist() for s in seqs]
     want = features(target, ids, taps)
-    for (_, feat, tp), (_, f2, t2) in zip(seqs, want):
+    for (_, feat, tp, _), (_, f2, t2) in zip(seqs, want):
         assert tp.shape == (feat.shape[0], 3 * target.hidden_size)
         assert torch.equal(tp, t2) and torch.equal(feat, f2)
 

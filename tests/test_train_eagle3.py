@@ -122,7 +122,7 @@ def test_eagle3_training_exports_the_official_layout_and_decodes_losslessly(setu
     assert run(Eagle2Decoder(target, EagleDrafter(head, target)), PROMPT, cfg)[0] == run(
         BaselineDecoder(target), PROMPT, cfg)[0]
     shards = load_shards(out / "shards", taps=True)
-    assert all(t.shape == (len(i), 3 * target.hidden_size) for i, _, t in shards)
+    assert all(t.shape == (len(i), 3 * target.hidden_size) for i, _, t, _ in shards)
 
 
 def test_eagle3_needs_five_unrolled_steps(setup, tmp_path, capsys):  # noqa: F811
@@ -138,8 +138,8 @@ def test_reprefill_gives_eagle3_taps_for_an_earlier_runs_sequences(setup, tmp_pa
     second = tmp_path / "second"
     assert main(args(setup, second, 1) + ["--data-only", "--head-type", "eagle3", "--ttt-steps", "5", "--n-prompts",
                                           "1", "--n-text", "0", "--reprefill", str(first / "shards")]) == 0
-    old = {tuple(i.tolist()) for i, _, _ in load_shards(first / "shards")}
-    new = {tuple(i.tolist()) for i, _, _ in load_shards(second / "shards")}
+    old = {tuple(i.tolist()) for i, *_ in load_shards(first / "shards")}
+    new = {tuple(i.tolist()) for i, *_ in load_shards(second / "shards")}
     assert old <= new  # every earlier sequence, now with features computed afresh
     assert main(args(setup, second, 1) + ["--head-type", "eagle3", "--ttt-steps", "5", "--skip-data",
                                           "--eval-per-category", "0"]) == 0

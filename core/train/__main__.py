@@ -76,6 +76,21 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ttt-steps", type=int, default=None, help="unrolled steps (default 3 for eagle, 7 for eagle3)")
     p.add_argument("--p-weight", type=float, default=0.1, help="weight of the soft cross-entropy vs feature loss")
     p.add_argument("--tokens-per-batch", type=int, default=4096)
+    p.add_argument("--heldout-shards", action="append", default=[], metavar="DIR",
+                   help="shards never trained on: teacher-forced top-1 / top-3 measured on them at the start, every "
+                        "--eval-every steps and at the end (the training card's held-out curve); repeatable")
+    p.add_argument("--eval-every", type=int, default=0, help="steps between held-out measures (0: start and end)")
+    p.add_argument("--loss-on-prompt", action="store_true",
+                   help="also score the prompt's tokens (rounds 1-5 did; the default scores the answers only)")
+    p.add_argument("--vocab-on-prompts", action="store_true",
+                   help="count the draft vocabulary over prompts too (rounds 1-5 did; default: over answers)")
+    p.add_argument("--keep-cut-prompts", action="store_true",
+                   help="keep stored answers whose prompt lost the chat template's tail (an older round's cut)")
+    p.add_argument("--warmup-share", type=float, default=0.0,
+                   help="warm up over this share of the steps (default 0: 100 steps, at most a tenth of the run)")
+    p.add_argument("--schedule", choices=("linear", "cosine"), default="linear", help="decay after warmup")
+    p.add_argument("--save-every-min", type=float, default=15.0,
+                   help="save the training state at least this often (minutes; 0: by steps only)")
     p.add_argument("--eval-questions", default=str(DATA / "spec_bench_questions.jsonl"))
     p.add_argument("--eval-per-category", type=int, default=2)
     p.add_argument("--eval-max-new", type=int, default=64)
@@ -112,6 +127,11 @@ def check_args(a: argparse.Namespace) -> str | None:
                  "min_prompt_chars", "snapshots", "extend_vocab", "widen_mlp", "add_layers"):
         if getattr(a, name) < 0:
             return f"--{name.replace('_', '-')} must be >= 0, got {getattr(a, name)}"
+    for name in ("eval_every", "save_every_min"):
+        if getattr(a, name) < 0:
+            return f"--{name.replace('_', '-')} must be >= 0, got {getattr(a, name)}"
+    if not 0.0 <= a.warmup_share < 1.0:
+        return f"--warmup-share must be in [0, 1), got {a.warmup_share}"
     for name in ("epochs", "lr"):
         v = getattr(a, name)
         if not math.isfinite(v) or v <= 0:
@@ -120,9 +140,9 @@ def check_args(a: argparse.Namespace) -> str | None:
         v = getattr(a, name)
         if not math.isfinite(v) or not 0.0 <= v <= 1.0:
             return f"--{name.replace('_', '-')} must be in [0, 1], got {v}"
-    for d in a.extra_shards + a.reprefill + a.exclude_shards:
+    for d in a.extra_shards + a.reprefill + a.exclude_shards + a.heldout_shards:
         if not list(Path(d).glob("shard_*.safetensors")):
-            return f"{d}: no shard_*.safetensors there (--extra-shards / --reprefill / --exclude-shards)"
+            return f"{d}: no shard_*.safetensors there (--extra-shards / --reprefill / --exclude-shards / --heldout-shards)"
     own = (Path(a.out) / "shards").resolve()
     if any(Path(d).resolve() == own for d in a.exclude_shards):
         return f"--exclude-shards {own} is this run's own shard folder (a resumed run would plan other batches)"
@@ -140,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     from core.models.kernels import cpu_description
     from core.models.target import DEFAULT_MODEL, load_target
     from core.pipeline import decoder_for
-    from core.train.data import (build_shards, draft_vocab, extend_vocab, load_shards, read_pool,
-                                 shard_counts, stored_prompts, token_counts, vocab_coverage)
+    from core.train.data import (answers_opened, build_shards, chat_prompt, draft_vocab, extend_vocab,
+                                 load_shards, read_pool, shard_counts, stored_prompts, template_tail, token_counts,
+                                 vocab_coverage)
     from core.train.evaluate import measure, sample_questions
     from core.train.fit import FitConfig, fit
 
@@ -161,12 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = read_pool(a.prompts, a.text, a.n_prompts, a.n_text, a.seed, a.min_prompt_chars)
     if a.chat and tok.chat_template:
         for r in rows:
-            if r["kind"] == "prompt":
+            if r["kind"] == "prompt":  # cut inside the user's text, never through the template's tail
+                r["enc"] = chat_prompt(tok, r["body"], a.max_prompt)
                 r["body"] = tok.apply_chat_template([{"role": "user", "content": r["body"]}], tokenize=False,
                                                     add_generation_prompt=True)
     for d in a.reprefill:
         rows += [{"kind": "ids", "id": f"{d}:{i}", "ids": ids.tolist()}
-                 for i, (ids, _, _) in enumerate(load_shards(Path(d)))]
+                 for i, (ids, *_) in enumerate(load_shards(Path(d)))]
     data_stats = {}
     if not a.skip_data:
         exclude = stored_prompts([Path(d) for d in a.exclude_shards]) if a.exclude_shards else None
@@ -185,14 +207,24 @@ def main(argv: list[str] | None = None) -> int:
         more = load_shards(Path(d), taps=bool(taps))
         extra_counts[d] = len(more)
         seqs += more
+    dropped = 0
+    if a.chat and tok.chat_template and not a.keep_cut_prompts:
+        ok = answers_opened(seqs, template_tail(tok))
+        dropped = ok.count(False)
+        seqs = [sq for sq, k in zip(seqs, ok) if k]
+        log(f"{dropped} stored answers left out: their prompt lost the chat template's tail (--keep-cut-prompts)")
+    heldout = [sq for d in a.heldout_shards for sq in load_shards(Path(d), taps=bool(taps))]
     if not seqs:
         print("error: no training shards", file=sys.stderr)
         return 2
+    answers = not a.vocab_on_prompts
     vocab_ids, coverage = (None, 1.0)
     if a.draft_vocab:
-        pool = read_pool(a.prompts, a.text, 10**9, 10**9, a.seed)
-        vocab_ids, coverage = draft_vocab(seqs, a.draft_vocab, target.vocab_size,
-                                          token_counts(tok, pool, target.vocab_size))
+        # ties among ids the data never used fall to the pool's counts (tokenizing it takes minutes): not needed
+        # when an --init head brings its own vocabulary
+        prior = None if a.init else token_counts(tok, read_pool(a.prompts, a.text, 10**9, 10**9, a.seed),
+                                                 target.vocab_size)
+        vocab_ids, coverage = draft_vocab(seqs, a.draft_vocab, target.vocab_size, prior, answers)
     log(f"{len(seqs)} sequences ({sum(extra_counts.values())} from --extra-shards), "
         f"draft vocab {a.draft_vocab or 'full'} covers {coverage:.4f} of tokens")
     w = target.lm_head_weight.detach()
@@ -204,14 +236,14 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--init {a.init} is not an {a.head_type} head")
         if not torch.equal(start.vocab_ids, head.vocab_ids):
             head = start.float()
-            coverage = vocab_coverage(seqs, head.vocab_ids, target.vocab_size)
+            coverage = vocab_coverage(seqs, head.vocab_ids, target.vocab_size, answers)
             log(f"--init head has another draft vocabulary; keeping its {len(head.vocab_ids)} ids, "
                 f"which cover {coverage:.4f} of tokens")
         head.load_state_dict(start.state_dict())
         log(f"initialised from {a.init}")
     if a.extend_vocab:
         old = len(head.vocab_ids)
-        ids, coverage = extend_vocab(seqs, head.vocab_ids, a.extend_vocab, target.vocab_size)
+        ids, coverage = extend_vocab(seqs, head.vocab_ids, a.extend_vocab, target.vocab_size, answers)
         grown = EagleHead(replace(head.config, draft_vocab_size=len(ids)), ids)
         grown.load_state_dict(head.state_dict())  # no weight depends on the vocabulary
         head = grown.float()
@@ -225,7 +257,13 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{a.add_layers} decoder layer(s) added, {head.config.num_layers} in all (identity at the start)")
     w_draft = w[head.vocab_ids] if a.draft_vocab else w
     cfg = FitConfig(epochs=a.epochs, lr=a.lr, ttt_steps=a.ttt_steps, tokens_per_batch=a.tokens_per_batch,
-                    p_weight=a.p_weight, seed=a.seed, max_len=a.max_len)
+                    p_weight=a.p_weight, seed=a.seed, max_len=a.max_len, answer_only=not a.loss_on_prompt,
+                    warmup_share=a.warmup_share, schedule=a.schedule, save_every_s=60 * a.save_every_min,
+                    eval_every=a.eval_every)
+    in_vocab = None
+    if a.draft_vocab and a.head_type != "medusa":
+        in_vocab = torch.zeros(target.vocab_size, dtype=torch.bool)
+        in_vocab[head.vocab_ids] = True
     save = kind.save
     snap_dir = out / "snapshots"
     snap_steps: set[int] = set()
@@ -243,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         n_steps = max(1, int(len(batches(seqs, cfg, random.Random(a.seed))) * a.epochs))
         cfg = FitConfig(**{**cfg.__dict__, "save_every": max(1, n_steps // a.snapshots)})
     try:
-        summary = fit(head, target.embed, w_draft, seqs, cfg, out, log, snapshot)
+        summary = fit(head, target.embed, w_draft, seqs, cfg, out, log, snapshot, heldout, in_vocab)
     except ValueError as e:  # a state.pt from other data or arguments (core.train.fit.check_resume)
         print(f"core.train: error: {e}", file=sys.stderr)
         return 2
@@ -279,11 +317,14 @@ def main(argv: list[str] | None = None) -> int:
                  "extra_stored": {d: shard_counts(Path(d)) for d in a.extra_shards},  # tokens, generated
                  "init": a.init, "chat_template": bool(a.chat), "prefill_share": a.prefill_share,
                  "reprefill": a.reprefill, "stored": shard_counts(out / "shards"),
+                 "heldout_shards": {d: shard_counts(Path(d)) for d in a.heldout_shards},
+                 "left_out_cut_prompts": dropped, "scored": "prompt and answer" if a.loss_on_prompt else "answers",
                  "throughput_this_run": data_stats, "eagle3_taps": list(taps),
                  "generation": None if a.skip_data else {"max_prompt": a.max_prompt, "new_tokens": a.new_tokens,
                                                          "sampled_share": a.sample_share}},
         "draft_vocab": {"size": len(head.vocab_ids) if a.draft_vocab or a.extend_vocab else target.vocab_size,
-                        "token_coverage": round(coverage, 4), "extended_by": a.extend_vocab or None},
+                        "token_coverage": round(coverage, 4), "extended_by": a.extend_vocab or None,
+                        "counted_over": "prompts and answers" if a.vocab_on_prompts else "answers"},
         "training": {**summary, "lr": a.lr, "max_len": a.max_len, "ttt_steps": a.ttt_steps,
                      "tokens_per_batch": a.tokens_per_batch,
                      "loss": kind.loss.format(p_weight=a.p_weight),

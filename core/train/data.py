@@ -16,7 +16,7 @@ import json
 import random
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +54,51 @@ def read_pool(prompts: str | None, text: str | None, n_prompts: int, n_text: int
 
 
 Sequence = tuple[list[int], torch.Tensor, torch.Tensor | None]  # ids (S,), feat (S, H) bf16, taps (S, 3H) bf16
+
+
+class Stored(NamedTuple):
+    """One stored training sequence as training reads it back (load_shards)."""
+    ids: torch.Tensor  # (S,) int64: prompt + answer
+    feat: torch.Tensor  # (S, H) bf16: the target's post-norm last hidden states
+    taps: torch.Tensor | None  # (S, 3H) bf16: EAGLE-3 layer inputs, when loaded
+    start: int  # index of the first answer token (S - generated); 0 for a text row, which is all answer
+
+
+def chat_prompt(tok, text: str, max_prompt: int) -> list[int]:
+    """One user turn in the chat template, assistant turn opened, at most `max_prompt` tokens: a long text is cut
+    inside the user's words, so the template's tail (`<|im_start|>assistant\n` for Qwen) always survives. (Cutting
+    the wrapped ids instead dropped that tail in 6.8 % of round 5's rows, and the target then continued the user's
+    text instead of answering it.)"""
+    def wrap(t: str) -> list[int]:
+        return tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False)
+
+    ids = tok(wrap(text), add_special_tokens=True).input_ids
+    if len(ids) <= max_prompt:
+        return ids
+    words = tok(text, add_special_tokens=False).input_ids
+    keep = max(0, len(words) - (len(ids) - max_prompt))
+    while True:  # re-tokenising a cut text can merge differently: shorten until it fits
+        ids = tok(wrap(tok.decode(words[:keep])), add_special_tokens=True).input_ids
+        if len(ids) <= max_prompt or keep == 0:
+            return ids[-max_prompt:] if len(ids) > max_prompt else ids
+        keep = max(0, keep - max(1, len(ids) - max_prompt))
+
+
+def template_tail(tok) -> list[int]:
+    """The ids the chat template puts after a user's text to open the assistant's turn (empty without a
+    template): what every on-policy training prompt must end with."""
+    if not getattr(tok, "chat_template", None):
+        return []
+    a = tok.apply_chat_template([{"role": "user", "content": "x"}], add_generation_prompt=True, tokenize=False)
+    b = tok.apply_chat_template([{"role": "user", "content": "x"}], add_generation_prompt=False, tokenize=False)
+    return tok(a[len(b):] if a.startswith(b) else "", add_special_tokens=False).input_ids
+
+
+def answers_opened(seqs: list[Stored], tail: list[int]) -> list[bool]:
+    """Per stored sequence: False when the target generated an answer to a prompt that does not end with the chat
+    template's `tail` (an old round cut the wrapped prompt, so the 'answer' continues the user's text)."""
+    n = len(tail)
+    return [not n or sq.start == 0 or sq.ids[max(0, sq.start - n):sq.start].tolist() == tail for sq in seqs]
 
 
 def _pick(logits: torch.Tensor, sample: bool, gen: torch.Generator, temperature: float = 1.0) -> torch.Tensor:
@@ -267,8 +312,8 @@ def plan_batches(rows: list[dict], tok, batch: int, max_prompt: int, max_text: i
     rng = random.Random(seed)
     gen_rows, pre_rows = [], []
     for r in rows:
-        if r["kind"] == "prompt":
-            e = tok(r["body"], add_special_tokens=True).input_ids[:max_prompt]
+        if r["kind"] == "prompt":  # `enc`: already encoded within max_prompt (chat_prompt)
+            e = r["enc"] if "enc" in r else tok(r["body"], add_special_tokens=True).input_ids[:max_prompt]
             if exclude and tuple(e) in exclude:
                 continue
             (pre_rows if rng.random() < prefill_share else gen_rows).append(e)
@@ -344,8 +389,8 @@ def shard_tensors(seqs: list[Sequence], generated: list[int]) -> dict[str, torch
     return shard
 
 
-def load_shards(out_dir: Path, taps: bool = False) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
-    """[(ids (S,) int64, feat (S, H) bf16, taps (S, 3H) bf16 or None)] for every stored sequence.
+def load_shards(out_dir: Path, taps: bool = False) -> list[Stored]:
+    """Every stored sequence of the shards in out_dir, in file order (Stored: ids, feat, taps or None, start).
 
     taps=True requires every shard to hold EAGLE-3 layer taps (a shard written for an EAGLE-1/2 head does not).
     """
@@ -356,8 +401,10 @@ def load_shards(out_dir: Path, taps: bool = False) -> list[tuple[torch.Tensor, t
             raise ValueError(f"{path} has no EAGLE-3 layer taps (written for an EAGLE-1/2 head); "
                              "regenerate it or use --reprefill on its folder")
         off = d["offsets"].tolist()
-        for a, b in zip(off[:-1], off[1:]):
-            seqs.append((d["ids"][a:b].long(), d["feat"][a:b], d["taps"][a:b] if taps else None))
+        gen = d["generated"].tolist() if "generated" in d else [0] * (len(off) - 1)
+        for a, b, g in zip(off[:-1], off[1:], gen):
+            seqs.append(Stored(d["ids"][a:b].long(), d["feat"][a:b], d["taps"][a:b] if taps else None,
+                               (b - a - g) if g else 0))
     return seqs
 
 
@@ -371,22 +418,24 @@ def shard_counts(out_dir: Path) -> dict:
     return {"tokens": tokens, "generated": generated}
 
 
-def data_counts(seqs: list[tuple], vocab: int) -> torch.Tensor:
-    """(vocab,) token frequencies of stored sequences (ids first in each tuple)."""
+def data_counts(seqs: list[tuple], vocab: int, answers: bool = True) -> torch.Tensor:
+    """(vocab,) token frequencies of stored sequences (ids first in each tuple): of the answers only (from each
+    Stored's `start`, what a draft head is asked to guess) unless `answers` is False or a sequence has no start."""
     counts = torch.zeros(vocab, dtype=torch.long)
-    for ids, *_ in seqs:
+    for sq in seqs:
+        ids = sq[0][sq.start:] if answers and isinstance(sq, Stored) else sq[0]
         counts += torch.bincount(ids, minlength=vocab)
     return counts
 
 
-def draft_vocab(seqs: list[tuple], size: int, vocab: int,
-                prior: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
+def draft_vocab(seqs: list[tuple], size: int, vocab: int, prior: torch.Tensor | None = None,
+                answers: bool = True) -> tuple[torch.Tensor, float]:
     """Most frequent `size` token ids of the data (sorted ascending) and the share of data tokens they cover.
 
     `prior` (token counts of the whole text pool, tokenized only) breaks ties among ids the generated data never
     used, so a small run still gets a sensible vocabulary.
     """
-    counts = data_counts(seqs, vocab)
+    counts = data_counts(seqs, vocab, answers)
     score = counts.double() + (1e-6 * prior.double() / max(1.0, float(prior.max())) if prior is not None else 0.0)
     top = torch.topk(score, min(size, vocab)).indices.sort().values
     return top, coverage(counts, top)
@@ -397,12 +446,13 @@ def coverage(counts: torch.Tensor, vocab_ids: torch.Tensor) -> float:
     return float(counts[vocab_ids.cpu()].sum() / max(1, int(counts.sum())))
 
 
-def vocab_coverage(seqs: list[tuple], vocab_ids: torch.Tensor, vocab: int) -> float:
-    """The share of the data's tokens a draft vocabulary covers (a kept vocabulary, checked against new data)."""
-    return coverage(data_counts(seqs, vocab), vocab_ids)
+def vocab_coverage(seqs: list[tuple], vocab_ids: torch.Tensor, vocab: int, answers: bool = True) -> float:
+    """The share of the data's tokens (answers only, by default) a draft vocabulary covers."""
+    return coverage(data_counts(seqs, vocab, answers), vocab_ids)
 
 
-def extend_vocab(seqs: list[tuple], vocab_ids: torch.Tensor, n: int, vocab: int) -> tuple[torch.Tensor, float]:
+def extend_vocab(seqs: list[tuple], vocab_ids: torch.Tensor, n: int, vocab: int,
+                 answers: bool = True) -> tuple[torch.Tensor, float]:
     """`vocab_ids` plus the `n` most frequent ids of the data it lacks (sorted ascending), and the share of data
     tokens the result covers.
 
@@ -410,7 +460,7 @@ def extend_vocab(seqs: list[tuple], vocab_ids: torch.Tensor, n: int, vocab: int)
     so adding rows changes no trained weight: a head fine-tuned on a new kind of text (another language) keeps its
     vocabulary and gains the tokens that text needs, at the cost of a larger draft LM head.
     """
-    counts = data_counts(seqs, vocab)
+    counts = data_counts(seqs, vocab, answers)
     have = torch.zeros(vocab, dtype=torch.bool)
     have[vocab_ids] = True
     missing = counts.masked_fill(have, -1)

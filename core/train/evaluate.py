@@ -6,6 +6,8 @@ n + 1 given that depth n was accepted, i.e. with n self-predicted features in th
 from __future__ import annotations
 
 import json
+import statistics
+from pathlib import Path
 
 from core.engine.baseline import BaselineDecoder
 from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
@@ -35,13 +37,35 @@ def sample_questions(path: str, per_category: int) -> list[dict]:
     return out
 
 
+def card_questions(folder: Path, spec_per_group: int = 3) -> list[dict]:
+    """The chat head's card, 31 prompts never trained on and never in a published test split: MT-bench's dev-split
+    first turns (2 in each of its 8 categories) and the first `spec_per_group` dev-split questions of each of
+    Spec-Bench's five other groups (translation, summarization, qa, math_reasoning, rag)."""
+    from core.bench.questions import split_questions
+
+    def rows(name: str) -> list[dict]:
+        return [json.loads(line) for line in open(folder / name, encoding="utf-8") if line.strip()]
+
+    out = [{**r, "group": r["category"]} for r in split_questions(rows("mt_bench_questions.jsonl"), "dev")]
+    seen: dict[str, int] = {}
+    for r in split_questions(rows("spec_bench_questions.jsonl"), "dev"):
+        c = spec_bench_category(r["category"])
+        if c != "mt_bench" and seen.get(c, 0) < spec_per_group:
+            seen[c] = seen.get(c, 0) + 1
+            out.append({**r, "group": c})
+    return out
+
+
 def measure(target: TargetModel, tok, decoder: Eagle2Decoder, questions: list[dict], max_new: int,
             temperature: float, tree: TreeConfig, chain_depth: int = 5, prompt_mode: str = "raw") -> dict:
-    """tau per category (tree), and chain n-alpha for n = 0..chain_depth-1. prompt_mode: 'raw' or 'chat' (one user
-    turn of the tokenizer's template), as core.prompt.encode_prompt. `decoder`: core.pipeline.decoder_for's."""
+    """tau per category (tree) and per prompt with the median, the share of steps whose accepted path reached each
+    depth (pooled over prompts), and chain n-alpha for n = 0..chain_depth-1. prompt_mode: 'raw' or 'chat' (one
+    user turn of the tokenizer's template), as core.prompt.encode_prompt. `decoder`: core.pipeline.decoder_for's."""
     dec = decoder
     chain = TreeConfig(total_tokens=chain_depth + 1, depth=chain_depth, top_k=1, lookup=0)
     per_cat: dict[str, list[tuple[int, int]]] = {}
+    per_prompt: list[float] = []
+    hist: list[int] = []
     reached = [0] * chain_depth
     accepted = [0] * chain_depth
     for q in questions:
@@ -49,6 +73,10 @@ def measure(target: TargetModel, tok, decoder: Eagle2Decoder, questions: list[di
         s = SamplingConfig(temperature=temperature, seed=q["question_id"])
         st = summarize(list(dec.generate(ids, DecodeConfig(max_new, s, tree))))
         per_cat.setdefault(q["group"], []).append((st.new_tokens, st.target_forwards))
+        per_prompt.append(round(st.new_tokens / max(1, st.target_forwards), 4))
+        for d, n in enumerate(st.accept_hist):  # steps that accepted exactly d drafts, summed over prompts
+            hist += [0] * (d + 1 - len(hist))
+            hist[d] += n
         for e in dec.generate(ids, DecodeConfig(max_new, s, chain)):
             if not e.tree:
                 continue
@@ -60,8 +88,11 @@ def measure(target: TargetModel, tok, decoder: Eagle2Decoder, questions: list[di
     tau = {c: sum(t for t, _ in v) / sum(f for _, f in v) for c, v in per_cat.items()}
     all_t = sum(t for v in per_cat.values() for t, _ in v)
     all_f = sum(f for v in per_cat.values() for _, f in v)
+    steps = sum(hist)
     return {"temperature": temperature, "tree": tree.__dict__, "prompts": len(questions), "max_new_tokens": max_new,
-            "tau": all_t / all_f, "tau_per_category": tau,
+            "tau": all_t / all_f, "tau_per_category": tau, "tau_per_prompt": per_prompt,
+            "tau_median": statistics.median(per_prompt) if per_prompt else None,
+            "depth_reached": [round(sum(hist[d:]) / steps, 4) for d in range(1, len(hist))] if steps else [],
             "chain_alpha": [accepted[n] / reached[n] if reached[n] else 0.0 for n in range(chain_depth)]}
 
 
@@ -81,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     from core.pipeline import build_decoders
 
     p = argparse.ArgumentParser(prog="python -m core.train.evaluate", description=main.__doc__)
-    p.add_argument("--questions", required=True)
+    p.add_argument("--questions", default=None, help="a questions file (Spec-Bench / MT-bench layout)")
+    p.add_argument("--card", action="store_true", help="the chat head's 31-prompt card instead (card_questions: "
+                   "MT-bench and Spec-Bench dev splits from the data folder, $EAGLE_DATA_DIR or ../shared/data)")
     p.add_argument("--per-category", type=int, default=5)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperatures", default="0,1")
@@ -95,7 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="also write the result here")
     a = p.parse_args(argv)
     try:
-        qs = sample_questions(a.questions, a.per_category)
+        if a.card:
+            from core.paths import data_dir
+            qs = card_questions(data_dir())
+        elif a.questions:
+            qs = sample_questions(a.questions, a.per_category)
+        else:
+            raise ValueError("give --questions FILE or --card")
         temps = [float(t) for t in a.temperatures.split(",")]
         tree = TreeConfig.parse(a.tree) if a.tree else TreeConfig()
         target, tok, _, eagle = build_decoders(a.model, a.head, None, a.dtype)
@@ -103,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     mode = "chat" if a.chat and tok.chat_template else "raw"
-    out = {"questions": a.questions, "per_category": a.per_category, "head": a.head, "tree": tree.spec(),
+    out = {"questions": "card" if a.card else a.questions, "per_category": None if a.card else a.per_category, "head": a.head, "tree": tree.spec(),
            "prompt_mode": mode, "dtype": str(target.dtype), "cpu": cpu_description(),
            "results": [measure(target, tok, eagle, qs, a.max_new_tokens, t, tree, prompt_mode=mode)
                        for t in temps]}

@@ -8,7 +8,13 @@ logits come from the head's own norm + LM head over the draft vocabulary (initia
 the soft cross-entropy target is the same.
 Both: step j > 0 reads the head's own outputs from step j - 1 and attends to real context up to i - j plus its own
 unrolled ancestors, as a depth-(j+1) tree node does at inference. Steps are weighted 0.8^j. AdamW, linear warmup
-then linear decay, gradient clipping, accelerate.
+then linear (or cosine) decay, gradient clipping, accelerate.
+
+What is scored: the answer tokens only (a stored sequence's `start` on; a text row is all answer), as the reference
+trainers score the assistant's turn only; and positions whose next data token lies outside the draft vocabulary are
+left out (EAGLE-3's rule: a draft that can never be accepted teaches nothing). Held-out sequences, never trained on,
+are measured every `eval_every` steps (teacher-forced top-1 / top-3 per unrolled step, answer positions only), so
+choices and early stopping read a curve that costs seconds instead of a decoding card that costs minutes.
 """
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ import hashlib
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -44,9 +50,34 @@ class FitConfig:
     clip: float = 0.5
     seed: int = 0
     save_every: int = 200
+    answer_only: bool = True  # score answer tokens only (Stored.start); False also scores the prompt's
+    warmup_share: float = 0.0  # > 0: warm up over this share of all steps (else `warmup` steps, at most a tenth)
+    schedule: str = "linear"  # the decay after warmup: "linear" or "cosine", down to min_lr_share of the peak
+    min_lr_share: float = 0.05
+    save_every_s: float = 0.0  # > 0: also save state at least this often (seconds): an interruption loses little
+    eval_every: int = 0  # held-out measure every N steps (with held-out data; always at the start and the end)
 
 
-RESUMABLE_ARGS = ("epochs", "save_every")  # a longer run may continue a shorter one; saving often changes nothing
+# a longer run may continue a shorter one; saving and measuring more or less often changes nothing
+RESUMABLE_ARGS = ("epochs", "save_every", "save_every_s", "eval_every")
+SCHEDULES = ("linear", "cosine")
+
+
+def lr_factor(t: int, total: int, warmup: int, schedule: str = "linear", floor: float = 0.05) -> float:
+    """The learning rate at step t as a share of the peak: linear warmup over `warmup` steps, then a linear or
+    cosine decay to `floor` at the last step."""
+    warm = min(1.0, (t + 1) / warmup)
+    frac = min(1.0, t / max(1, total))
+    if schedule == "cosine":
+        return warm * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * frac)))
+    return warm * max(floor, 1 - frac)
+
+
+def warmup_steps(cfg: "FitConfig", total: int) -> int:
+    """Warmup length: a share of the run when `warmup_share` is set, else `warmup` steps (at most a tenth)."""
+    if cfg.warmup_share:
+        return max(1, round(cfg.warmup_share * total))
+    return max(1, min(cfg.warmup, total // 10))  # short runs still reach the peak rate
 
 
 def run_origin(seqs, cfg: FitConfig) -> dict:
@@ -89,8 +120,10 @@ def batches(seqs: list[tuple[torch.Tensor, torch.Tensor]], cfg: FitConfig, rng: 
     return out
 
 
-def collate(seqs, idx: list[int], max_len: int):
-    """ids (B, S) long, feat (B, S, H) float, valid (B, S) bool (right padding), taps (B, S, 3H) float or None."""
+def collate(seqs, idx: list[int], max_len: int, answer_only: bool = True):
+    """ids (B, S) long, feat (B, S, H) float, valid (B, S) bool (right padding), taps (B, S, 3H) float or None,
+    scored (B, S) bool: the tokens whose guess is scored (valid, and from the sequence's answer start on when
+    `answer_only` and the sequence records one)."""
     width = max(min(len(seqs[i][0]), max_len) for i in idx)
     h = seqs[idx[0]][1].shape[-1]
     has_taps = len(seqs[idx[0]]) > 2 and seqs[idx[0]][2] is not None
@@ -98,12 +131,15 @@ def collate(seqs, idx: list[int], max_len: int):
     feat = torch.zeros(len(idx), width, h)
     taps = torch.zeros(len(idx), width, seqs[idx[0]][2].shape[-1]) if has_taps else None
     valid = torch.zeros(len(idx), width, dtype=torch.bool)
+    scored = torch.zeros(len(idx), width, dtype=torch.bool)
     for r, i in enumerate(idx):
         n = min(len(seqs[i][0]), max_len)
         ids[r, :n], feat[r, :n], valid[r, :n] = seqs[i][0][:n], seqs[i][1][:n].float(), True
+        start = getattr(seqs[i], "start", 0) if answer_only else 0
+        scored[r, min(start, n):n] = True
         if has_taps:
             taps[r, :n] = seqs[i][2][:n].float()
-    return ids, feat, valid, taps
+    return ids, feat, valid, taps, scored
 
 
 def training_attention(device: torch.device) -> contextlib.AbstractContextManager:
@@ -133,8 +169,12 @@ def ttt_mask(s: int, j: int, device) -> torch.Tensor:
 
 def losses(head: EagleHead | Eagle3Head, embed, w_draft: torch.Tensor, ids, feat, valid, cfg: FitConfig,
            feat_rms: float, gen: torch.Generator | None = None, taps: torch.Tensor | None = None,
-           draft_logits=None) -> tuple[torch.Tensor, list[float], list[float], list[float]]:
-    """Total loss and per-step (vloss, ploss, top-1 accuracy) for one batch. ids/feat/valid/taps as from collate().
+           draft_logits=None, scored: torch.Tensor | None = None, in_vocab: torch.Tensor | None = None,
+           counts: dict | None = None) -> tuple[torch.Tensor, list[float], list[float], list[float]]:
+    """Total loss and per-step (vloss, ploss, top-1 accuracy) for one batch. ids/feat/valid/taps/scored as from
+    collate() (scored None: every valid token); `in_vocab` (V,) bool leaves out the pairs whose next data token the
+    draft vocabulary lacks. `counts`, when given, gathers per step the positions scored ("n") and the top-1 and
+    top-3 hits ("top1", "top3"), for a held-out measure summed over batches.
 
     EAGLE-3 when `taps` is given: step 0 reads taps, `draft_logits` (the head's own norm + LM head) scores, and
     there is no feature loss (vloss reported as 0).
@@ -158,12 +198,16 @@ def losses(head: EagleHead | Eagle3Head, embed, w_draft: torch.Tensor, ids, feat
 
         def score(out):
             return out @ w_draft.T
+    keep = (valid if scored is None else scored)[:, 1:]  # pair i is scored when token i+1 is
+    if in_vocab is not None:  # pair i's guess is t_{i+2}; the last pair has no next token in the data
+        nxt_ok = in_vocab.to(ids.device)[ids[:, 2:]]  # (B, S-1)
+        keep = keep & torch.cat([nxt_ok, torch.ones_like(nxt_ok[:, :1])], 1)
     past, total = None, 0.0
     vl, pl, acc = [], [], []
     for j in range(cfg.ttt_steps):
         mask = None if j == 0 else ttt_mask(s, j, ids.device)[None, None]
         out, kv = head(emb, feats, pos, past, mask)  # (B, S, H)
-        m = valid[:, 1:].clone()
+        m = keep.clone()
         m[:, :j] = False  # step j needs j earlier predictions
         mf = m.float()
         denom = mf.sum().clamp(min=1)
@@ -175,17 +219,49 @@ def losses(head: EagleHead | Eagle3Head, embed, w_draft: torch.Tensor, ids, feat
         vl.append(v.item())
         pl.append(p.item())
         acc.append(float(((logp.argmax(-1) == top_tgt).float() * mf).sum() / denom))
+        if counts is not None:
+            hit3 = (logp.topk(3, dim=-1).indices == top_tgt[..., None]).any(-1)
+            for key, v in (("n", mf.sum()), ("top1", ((logp.argmax(-1) == top_tgt).float() * mf).sum()),
+                           ("top3", (hit3.float() * mf).sum())):
+                counts.setdefault(key, [0.0] * cfg.ttt_steps)[j] += float(v)
         past = kv if past is None else (torch.cat([past[0], kv[0]], 2), torch.cat([past[1], kv[1]], 2))
         feats = torch.cat([out[:, :1], out[:, :-1]], dim=1)  # step j+1 reads the prediction made at i-1
     return total, vl, pl, acc
 
 
-def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, ckpt_dir: Path, log,
-        snapshot=None) -> dict:
+@torch.no_grad()
+def heldout_measure(head, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, feat_rms: float,
+                    in_vocab: torch.Tensor | None, draft_logits=None, autocast: bool = False) -> dict:
+    """Teacher-forced top-1 / top-3 per unrolled step on held-out sequences (never trained on), answer positions
+    only, no input noise: {"top1": [...], "top3": [...], "positions": n}. EAGLE-3 heads read their taps."""
+    eagle3 = draft_logits is not None
+    cfg0 = replace(cfg, noise=0.0)
+    lens = [min(len(sq[0]), cfg.max_len) for sq in seqs]
+    counts: dict = {}
+    was_training = head.training
+    head.eval()
+    dev = w_draft.device
+    for idx in padded_chunks(lens, sorted(range(len(seqs)), key=lens.__getitem__), cfg.tokens_per_batch):
+        ids, feat, valid, taps, scored = (None if t is None else t.to(dev)
+                                          for t in collate(seqs, idx, cfg.max_len, cfg.answer_only))
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast):
+            losses(head, embed, w_draft, ids, feat, valid, cfg0, feat_rms, None, taps if eagle3 else None,
+                   draft_logits, scored, in_vocab, counts)
+    head.train(was_training)
+    n = counts.get("n", [0.0] * cfg.ttt_steps)
+    return {key: [round(h / max(1.0, c), 4) for h, c in zip(counts.get(key, n), n)] for key in ("top1", "top3")} | {
+        "positions": int(n[0])}
+
+
+def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig,
+        ckpt_dir: Path, log, snapshot=None, heldout=None, in_vocab: torch.Tensor | None = None) -> dict:
     """Train in place with accelerate; resumes from ckpt_dir/state.pt. Returns a summary for training.json.
 
-    An Eagle3Head trains on the shards' taps; a MedusaHead on the last features with core.drafters.medusa.losses. `snapshot(head, step, total_steps)` is called after every save (the
-    caller keeps heads along the way, e.g. for a curve of tau against the data seen).
+    An Eagle3Head trains on the shards' taps; a MedusaHead on the last features with core.drafters.medusa.losses.
+    `snapshot(head, step, total_steps)` is called after every save (the caller keeps heads along the way, e.g. for
+    a curve of tau against the data seen). `heldout` (sequences never trained on) is measured at the start, every
+    `cfg.eval_every` steps and at the end (heldout_measure); the curve, with token-passes and wall time, is kept in
+    the state and returned. `in_vocab` (V,) bool: the draft vocabulary's ids (losses leaves out the others).
     """
     from accelerate import Accelerator
 
@@ -196,9 +272,9 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
     plan = batches(seqs, cfg, rng)
     total_steps = max(1, int(len(plan) * cfg.epochs))
     opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    warmup = max(1, min(cfg.warmup, total_steps // 10))  # short runs still reach the peak rate
+    warmup = warmup_steps(cfg, total_steps)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda t: min(1.0, (t + 1) / warmup) * max(0.05, 1 - t / total_steps))
+        opt, lambda t: lr_factor(t, total_steps, warmup, cfg.schedule, cfg.min_lr_share))
     head.train()
     head, opt = acc.prepare(head, opt)
     w_draft = w_draft.to(acc.device).float()
@@ -206,7 +282,7 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
     is_medusa = isinstance(acc.unwrap_model(head), medusa.MedusaHead)
     draft_logits = acc.unwrap_model(head).draft_logits if eagle3 else None
     feat_rms = float(torch.cat([sq[1][:256].float() for sq in seqs[:200]]).pow(2).mean().sqrt())
-    step, t_start, elapsed0, skipped = 0, time.time(), 0.0, 0  # skipped: updates dropped, non-finite
+    run = {"step": 0, "elapsed": 0.0, "skipped": 0, "tokens_seen": 0, "heldout": []}  # what a state.pt carries on
     state_path = ckpt_dir / "state.pt"
     origin = run_origin(seqs, cfg)  # what this state belongs to: a resume must continue the same run
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -216,18 +292,41 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
         acc.unwrap_model(head).load_state_dict(st["head"])
         opt.load_state_dict(st["opt"])
         sched.load_state_dict(st["sched"])
-        step, elapsed0, skipped = int(st["step"]), float(st["elapsed"]), int(st.get("skipped", 0))
+        run.update(step=int(st["step"]), elapsed=float(st["elapsed"]), skipped=int(st.get("skipped", 0)),
+                   tokens_seen=int(st.get("tokens_seen", 0)), heldout=list(st.get("heldout", [])))
         if "generator" in st:  # the noise stream continues where it stopped, as in an uninterrupted run
             gen.set_state(st["generator"])
         else:  # a state written before the generator was saved
-            gen.manual_seed(cfg.seed + step)
-        log(f"resumed from {state_path} at step {step}/{total_steps}")
-    bar = tqdm(total=total_steps, initial=step, desc="train", unit="step")
+            gen.manual_seed(cfg.seed + run["step"])
+        log(f"resumed from {state_path} at step {run['step']}/{total_steps}")
+    t_start, last_save = time.time(), time.time()
+
+    def measure_heldout() -> None:
+        if not heldout or is_medusa or any(p["step"] == run["step"] for p in run["heldout"]):
+            return
+        t0 = time.time()
+        r = heldout_measure(acc.unwrap_model(head), embed, w_draft, heldout, cfg, feat_rms, in_vocab, draft_logits,
+                            mixed == "bf16")
+        point = {"step": run["step"], "token_passes": run["tokens_seen"],
+                 "wall_s": round(run["elapsed"] + time.time() - t_start, 1), "lr": sched.get_last_lr()[0], **r,
+                 "measure_s": round(time.time() - t0, 1)}
+        run["heldout"].append(point)
+        log(f"held-out step {run['step']}: top1 {r['top1']} top3 {r['top3']} on {r['positions']} positions")
+
+    def save_state() -> None:
+        tmp = state_path.with_suffix(".tmp")
+        torch.save({"head": acc.unwrap_model(head).state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
+                    **{**run, "elapsed": run["elapsed"] + time.time() - t_start}, "generator": gen.get_state(),
+                    **origin}, tmp)
+        tmp.replace(state_path)
+
+    measure_heldout()
+    bar = tqdm(total=total_steps, initial=run["step"], desc="train", unit="step")
     first, last = {}, {}
-    while step < total_steps:
-        idx = plan[step % len(plan)]
-        ids, feat, valid, taps = (None if t is None else t.to(acc.device, non_blocking=True)
-                                  for t in collate(seqs, idx, cfg.max_len))  # shards live on the CPU
+    while run["step"] < total_steps:
+        idx = plan[run["step"] % len(plan)]
+        ids, feat, valid, taps, scored = (None if t is None else t.to(acc.device, non_blocking=True)
+                                          for t in collate(seqs, idx, cfg.max_len, cfg.answer_only))
         with (torch.autocast(acc.device.type, dtype=torch.bfloat16, enabled=mixed == "bf16"),
               training_attention(acc.device)):
             if is_medusa:  # token-level heads on the clean last feature; per head (soft CE, top-1)
@@ -235,7 +334,7 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
                 vl = []
             else:
                 loss, vl, pl, ac = losses(head, embed, w_draft, ids, feat, valid, cfg, feat_rms, gen,
-                                          taps if eagle3 else None, draft_logits)
+                                          taps if eagle3 else None, draft_logits, scored, in_vocab)
         finite = bool(torch.isfinite(loss))
         if finite:
             acc.backward(loss)
@@ -243,13 +342,15 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
         if finite:
             opt.step()
         else:  # a non-finite loss or gradient would poison every weight: skip the update, count it, go on
-            skipped += 1
-            if skipped <= 3:
-                log(f"step {step + 1}: non-finite loss or gradient (loss {loss.item()}), update skipped; batch "
+            run["skipped"] += 1
+            if run["skipped"] <= 3:
+                log(f"step {run['step'] + 1}: non-finite loss or gradient (loss {loss.item()}), update skipped; batch "
                     f"{tuple(ids.shape)} rows x width, max |feature| {float(feat.abs().max()):.4g}, sequences {idx[:8]}")
         sched.step()
         opt.zero_grad(set_to_none=True)
-        step += 1
+        run["step"] += 1
+        run["tokens_seen"] += int(valid.sum())
+        step = run["step"]
         if finite:
             last = {"loss": loss.item(), "vloss": vl, "ploss": pl, "top1": ac}
             first = first or last
@@ -257,17 +358,18 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
         bar.set_postfix(loss=f"{loss.item():.3f}", top1="/".join(f"{a:.2f}" for a in ac))
         if step % 20 == 0:
             log(f"step {step}/{total_steps} loss {loss.item():.4f} vloss {vl} ploss {pl} top1 {ac}")
-        if step % cfg.save_every == 0 or step == total_steps:
-            tmp = state_path.with_suffix(".tmp")
-            torch.save({"head": acc.unwrap_model(head).state_dict(), "opt": opt.state_dict(),
-                        "sched": sched.state_dict(), "step": step, "skipped": skipped,
-                        "elapsed": elapsed0 + time.time() - t_start, "generator": gen.get_state(), **origin}, tmp)
-            tmp.replace(state_path)
+        if (cfg.eval_every and step % cfg.eval_every == 0) or step == total_steps:
+            measure_heldout()
+        timed_save = cfg.save_every_s and time.time() - last_save >= cfg.save_every_s
+        if step % cfg.save_every == 0 or step == total_steps or timed_save:
+            save_state()
+            last_save = time.time()
             if snapshot:
                 snapshot(acc.unwrap_model(head), step, total_steps)
     bar.close()
     head = acc.unwrap_model(head).eval()
     return {"steps": total_steps, "batches_per_epoch": len(plan), "epochs": cfg.epochs, "mixed_precision": mixed,
-            "skipped_non_finite": skipped,
-            "train_seconds": round(elapsed0 + time.time() - t_start, 1), "first": first, "final": last,
-            "tokens": int(sum(min(len(s[0]), cfg.max_len) for s in seqs))}
+            "skipped_non_finite": run["skipped"], "warmup_steps": warmup, "schedule": cfg.schedule,
+            "answer_only": cfg.answer_only, "token_passes": run["tokens_seen"],
+            "train_seconds": round(run["elapsed"] + time.time() - t_start, 1), "first": first, "final": last,
+            "tokens": int(sum(min(len(s[0]), cfg.max_len) for s in seqs)), "heldout_curve": run["heldout"]}
