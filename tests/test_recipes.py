@@ -53,7 +53,7 @@ def test_the_recipes_and_readme_hold_commands():
 @pytest.mark.parametrize("where,argv", TRAIN, ids=[f"{w}-{i}" for i, (w, _) in enumerate(TRAIN)])
 def test_train_commands_parse_and_pass_the_range_checks(where, argv):
     a = parse(argv)
-    a.extra_shards, a.reprefill, a.exclude_shards = [], [], []  # folders a run makes first; checked at run time
+    a.extra_shards, a.reprefill, a.exclude_shards, a.heldout_shards = [], [], [], []  # folders made first
     assert check_args(a) is None, (where, argv)
 
 
