@@ -129,6 +129,9 @@ def test_a_run_measures_its_held_out_data_and_keeps_the_curve_across_a_resume(tm
     assert again["heldout_curve"][: len(curve)] == curve and again["heldout_curve"][-1]["step"] == again["steps"]
     direct = heldout_measure(head, target.embed, w, heldout, cfg, 1.0, None, autocast=out["mixed_precision"] == "bf16")
     assert direct == {k: curve[-1][k] for k in ("top1", "top3", "positions")}  # the curve's last point is this head
+    prompt_too = FitConfig(**{**cfg.__dict__, "answer_only": False})  # a run scoring prompts is measured the same way
+    assert heldout_measure(head, target.embed, w, heldout, prompt_too, 1.0, None,
+                           autocast=out["mixed_precision"] == "bf16") == direct
 
 
 def test_the_card_mixes_both_dev_splits_and_reports_each_prompt(tmp_path, monkeypatch, capsys):

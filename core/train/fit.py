@@ -233,7 +233,8 @@ def losses(head: EagleHead | Eagle3Head, embed, w_draft: torch.Tensor, ids, feat
 def heldout_measure(head, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, feat_rms: float,
                     in_vocab: torch.Tensor | None, draft_logits=None, autocast: bool = False) -> dict:
     """Teacher-forced top-1 / top-3 per unrolled step on held-out sequences (never trained on), answer positions
-    only, no input noise: {"top1": [...], "top3": [...], "positions": n}. EAGLE-3 heads read their taps."""
+    only whatever the run scores in training (so runs that score differently compare on one measure), no input
+    noise: {"top1": [...], "top3": [...], "positions": n}. EAGLE-3 heads read their taps."""
     eagle3 = draft_logits is not None
     cfg0 = replace(cfg, noise=0.0)
     lens = [min(len(sq[0]), cfg.max_len) for sq in seqs]
@@ -243,7 +244,7 @@ def heldout_measure(head, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, fe
     dev = w_draft.device
     for idx in padded_chunks(lens, sorted(range(len(seqs)), key=lens.__getitem__), cfg.tokens_per_batch):
         ids, feat, valid, taps, scored = (None if t is None else t.to(dev)
-                                          for t in collate(seqs, idx, cfg.max_len, cfg.answer_only))
+                                          for t in collate(seqs, idx, cfg.max_len, True))  # answers, always
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast):
             losses(head, embed, w_draft, ids, feat, valid, cfg0, feat_rms, None, taps if eagle3 else None,
                    draft_logits, scored, in_vocab, counts)
