@@ -166,3 +166,29 @@ def test_the_card_mixes_both_dev_splits_and_reports_each_prompt(tmp_path, monkey
     assert r["prompts"] == 31 and len(r["tau_per_prompt"]) == 31
     assert r["tau_median"] == statistics.median(r["tau_per_prompt"])
     assert all(1 >= a >= b >= 0 for a, b in zip(r["depth_reached"], r["depth_reached"][1:]))
+
+
+def test_a_saved_head_is_put_on_a_runs_held_out_scale(tmp_path):
+    """evaluate's held-out measure of a saved head reads shards from disk and gives the numbers the run's own
+    curve gave its last point (the head saved in fp32)."""
+    from safetensors.torch import save_file
+
+    from core.drafters.draft_head import save_head
+    from core.train.data import shard_tensors
+    from core.train.evaluate import heldout
+
+    target, seqs = _inputs()
+    heldout_seqs, train = seqs[:3], seqs[3:]
+    (tmp_path / "held").mkdir()
+    shard = shard_tensors([(sq.ids.tolist(), sq.feat, None) for sq in heldout_seqs], [8, 8, 8])
+    save_file(shard, str(tmp_path / "held" / "shard_00000.safetensors"))
+    cfg = FitConfig(epochs=1, lr=3e-3, tokens_per_batch=48, ttt_steps=2, save_every=1000)
+    head = tiny_head(target).float()
+    out = fit(head, target.embed, target.lm_head_weight.detach(), train, cfg, tmp_path, lambda m: None, None,
+              heldout_seqs)
+    save_head(head, tmp_path / "head", dtype=torch.float32)
+    got = heldout(target, str(tmp_path / "head"), [tmp_path / "held"])
+    # both sides autocast by the same probe (kernels.bf16_matmul_is_faster), so the arithmetic is the same
+    assert {k: got[k] for k in ("top1", "top3", "positions")} == {
+        k: out["heldout_curve"][-1][k] for k in ("top1", "top3", "positions")}
+    assert got["positions"] == 3 * 8 and got["ttt_steps"] == 2

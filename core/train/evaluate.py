@@ -96,6 +96,36 @@ def measure(target: TargetModel, tok, decoder: Eagle2Decoder, questions: list[di
             "chain_alpha": [accepted[n] / reached[n] if reached[n] else 0.0 for n in range(chain_depth)]}
 
 
+def heldout(target: TargetModel, head_dir: str, shards: list[Path], ttt_steps: int = 2,
+            max_len: int = 768) -> dict:
+    """A saved EAGLE-1/2 or EAGLE-3 head's teacher-forced top-1 / top-3 per unrolled step on the answers of held-out
+    shards, as a training run's held-out curve measures them (core.train.fit.heldout_measure): an old head, or a
+    run that measured something else, put on the same scale in seconds instead of a decoding card's minutes."""
+    import torch
+
+    from core.drafters.eagle3_head import Eagle3Head
+    from core.drafters.heads import load_any_head
+    from core.models import kernels
+    from core.train.data import load_shards
+    from core.train.fit import FitConfig, heldout_measure
+
+    head = load_any_head(head_dir)
+    eagle3 = isinstance(head, Eagle3Head)
+    seqs = [sq for d in shards for sq in load_shards(Path(d), taps=eagle3)]
+    w = target.lm_head_weight.detach().float()
+    ids = getattr(head, "vocab_ids", None)
+    in_vocab = None
+    if ids is not None and len(ids) < w.shape[0]:
+        in_vocab = torch.zeros(w.shape[0], dtype=torch.bool)
+        in_vocab[ids] = True
+        w = w[ids]
+    cfg = FitConfig(ttt_steps=ttt_steps, max_len=max_len, noise=0.0)
+    with torch.no_grad():
+        r = heldout_measure(head, target.embed, w, seqs, cfg, 1.0, in_vocab, head.draft_logits if eagle3 else None,
+                            kernels.bf16_matmul_is_faster(w.shape[1]))
+    return {"head": str(head_dir), "shards": [str(d) for d in shards], "ttt_steps": ttt_steps, **r}
+
+
 def baseline_text(target: TargetModel, tok, prompt: str, max_new: int) -> str:
     """Greedy reference continuation (for eyeballing a head's data)."""
     ids = tok(prompt).input_ids
@@ -125,9 +155,19 @@ def main(argv: list[str] | None = None) -> int:
                    "card's tree, the head alone, is 16,6,6,0)")
     p.add_argument("--chat", action="store_true", help="wrap each question in the model's chat template "
                    "(as a chat head's training card does)")
+    p.add_argument("--heldout", action="append", default=[], metavar="DIR",
+                   help="instead of decoding: teacher-forced top-1 / top-3 on the answers of these shards "
+                        "(repeatable; the training run's held-out measure)")
+    p.add_argument("--heldout-steps", type=int, default=2, help="unrolled steps of the held-out measure")
     p.add_argument("--json", default=None, help="also write the result here")
     a = p.parse_args(argv)
     try:
+        if a.heldout:
+            from core.models.target import load_target
+            if not a.head:
+                raise ValueError("--heldout measures a head: give --head FOLDER")
+            target, _ = load_target(a.model, dtype=a.dtype)
+            return _emit(heldout(target, a.head, [Path(d) for d in a.heldout], a.heldout_steps), a.json)
         if a.card:
             from core.paths import data_dir
             qs = card_questions(data_dir())
@@ -142,14 +182,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     mode = "chat" if a.chat and tok.chat_template else "raw"
-    out = {"questions": "card" if a.card else a.questions, "per_category": None if a.card else a.per_category, "head": a.head, "tree": tree.spec(),
+    out = {"questions": "card" if a.card else a.questions, "per_category": None if a.card else a.per_category,
+           "head": a.head, "tree": tree.spec(),
            "prompt_mode": mode, "dtype": str(target.dtype), "cpu": cpu_description(),
            "results": [measure(target, tok, eagle, qs, a.max_new_tokens, t, tree, prompt_mode=mode)
                        for t in temps]}
+    return _emit(out, a.json)
+
+
+def _emit(out: dict, path: str | None) -> int:
+    """Print the result as JSON and also write it to `path` when given."""
     text = json.dumps(out, indent=2)
     print(text)
-    if a.json:
-        with open(a.json, "w", encoding="utf-8") as f:
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
             f.write(text + "\n")
     return 0
 
