@@ -62,7 +62,7 @@ def measure(target: TargetModel, tok, decoder: Eagle2Decoder, questions: list[di
     depth (pooled over prompts), and chain n-alpha for n = 0..chain_depth-1. prompt_mode: 'raw' or 'chat' (one
     user turn of the tokenizer's template), as core.prompt.encode_prompt. `decoder`: core.pipeline.decoder_for's."""
     dec = decoder
-    chain = TreeConfig(total_tokens=chain_depth + 1, depth=chain_depth, top_k=1, lookup=0)
+    chain = TreeConfig(total_tokens=chain_depth + 1, depth=max(1, chain_depth), top_k=1, lookup=0)  # 0: no chain run
     per_cat: dict[str, list[tuple[int, int]]] = {}
     per_prompt: list[float] = []
     hist: list[int] = []
@@ -77,7 +77,7 @@ def measure(target: TargetModel, tok, decoder: Eagle2Decoder, questions: list[di
         for d, n in enumerate(st.accept_hist):  # steps that accepted exactly d drafts, summed over prompts
             hist += [0] * (d + 1 - len(hist))
             hist[d] += n
-        for e in dec.generate(ids, DecodeConfig(max_new, s, chain)):
+        for e in dec.generate(ids, DecodeConfig(max_new, s, chain)) if chain_depth else ():
             if not e.tree:
                 continue
             a = e.accepted_drafts
@@ -158,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heldout", action="append", default=[], metavar="DIR",
                    help="instead of decoding: teacher-forced top-1 / top-3 on the answers of these shards "
                         "(repeatable; the training run's held-out measure)")
+    p.add_argument("--chain-depth", type=int, default=5, help="chain n-alpha up to this depth (0: skip the chain "
+                   "decode, which doubles the time)")
     p.add_argument("--heldout-steps", type=int, default=2, help="unrolled steps of the held-out measure")
     p.add_argument("--json", default=None, help="also write the result here")
     a = p.parse_args(argv)
@@ -185,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"questions": "card" if a.card else a.questions, "per_category": None if a.card else a.per_category,
            "head": a.head, "tree": tree.spec(),
            "prompt_mode": mode, "dtype": str(target.dtype), "cpu": cpu_description(),
-           "results": [measure(target, tok, eagle, qs, a.max_new_tokens, t, tree, prompt_mode=mode)
+           "results": [measure(target, tok, eagle, qs, a.max_new_tokens, t, tree, a.chain_depth, mode)
                        for t in temps]}
     return _emit(out, a.json)
 
