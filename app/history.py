@@ -1,8 +1,8 @@
 """Run history: this browser session's finished runs, each kept with its full record and its views.
 
 When a run ends (done or stopped) the handler attaches `finished_run()` to its record: `summary`, the run's record
-as plain JSON (prompt, model, settings, per lane the text, token ids and statistics, and the "why this speedup"
-arithmetic), and `views`, the HTML the panels showed; the verified draft trees stay packed in the compact record
+as plain JSON (app/result.py `run_result`, the shape `/run` answers from: prompt, model, settings, per lane the text,
+token ids and statistics, and the "why this speedup" arithmetic), and `views`, the HTML the panels showed; the verified draft trees stay packed in the compact record
 (app/state.py) and are spelled out only in the downloaded file. The UI appends it to a
 gr.State list (per session, at most HISTORY_MAX runs), lists the runs in a table, reopens any one (its views, its
 compact record for the step slider), and writes the downloads: one run's record as JSON, the history as CSV.
@@ -18,15 +18,14 @@ import time
 import uuid
 import zlib
 from pathlib import Path
-from types import MappingProxyType
 
+from app.result import run_result
 from app.state import SOURCES
-from app.why import Why, explain, why_html
+from app.why import why_html, why_of
 
 HISTORY_MAX = 20  # runs kept per session; the oldest goes first
 COLUMNS = ("#", "prompt", "model", "tree", "speedup", "τ")
 VIEW_KEYS = ("baseline-output", "compare-output", "eagle-output", "stats")
-LANE_NAMES = MappingProxyType({"eagle": "EAGLE-2", "medusa": "Medusa", "lookup": "Prompt lookup"})
 DOWNLOADS = Path(tempfile.gettempdir()) / "eagle-playground-downloads"
 
 
@@ -55,34 +54,13 @@ def _trees(packed) -> list[dict]:
              "accepted_path": list(t.accepted_path), "new_token_ids": list(t.new_token_ids)} for t in packed]
 
 
-def whys_of(record, stats: dict, profile: dict[int, float] | None) -> list[Why]:
-    """The arithmetic of every drafting lane of a run (EAGLE-2 first, then the token-level lane)."""
-    out = []
-    for lane in ("eagle", "compare"):
-        if lane in stats:
-            name = LANE_NAMES["eagle" if lane == "eagle" else record.compare_kind]
-            w = explain(name, stats["baseline"], stats[lane], getattr(record, lane), profile)
-            if w is not None:
-                out.append(w)
-    return out
-
-
-def finished_run(record, det: dict, stats: dict, view: dict, profile: dict[int, float] | None = None) -> dict:
+def finished_run(record, texts: dict[str, str], view: dict, dtype, profile: dict[int, float] | None = None) -> dict:
     """The full record and the views of a run that has just ended (record: the live RunRecord with its events;
-    det: the lanes' Detokenizers; stats: RunStats by lane; view: the final views by component id)."""
-    whys = whys_of(record, stats, profile)
-    b, e = stats["baseline"].tokens_per_s, stats["eagle"].tokens_per_s
-    lanes = {}
-    for lane, method in zip(record.lanes, record.methods):
-        lanes[method] = {"text": det[lane].text, "token_ids": record.ids(lane), "stats": stats[lane].as_dict()}
-    summary = {"id": uuid.uuid4().hex[:12], "time": time.strftime("%Y-%m-%d %H:%M:%S"), "model": record.model,
-               "prompt": record.prompt, "settings": dict(record.settings), "greedy": record.greedy,
-               "identical": record.ids("baseline") == record.ids("eagle"), "note": record.note,
-               "stopped": not all(record.finished(lane) for lane in record.lanes),
-               "speedup": e / b if b else 0.0, "tau": stats["eagle"].tau, "lanes": lanes,
-               "why": [w.as_dict() for w in whys]}
+    texts: each lane's text by slot; view: the final views by component id; dtype and profile: see run_result)."""
+    summary = {"id": uuid.uuid4().hex[:12], "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+    summary |= run_result(record, texts, dtype, profile)
     views = {k: view[k] for k in VIEW_KEYS if k in view and isinstance(view[k], str)}
-    views["why"] = why_html(whys)
+    views["why"] = why_html([why_of(w) for w in summary["why"]])
     # compressed: the session state keeps every run's views, and token-coloured HTML packs about 8x
     return {"summary": summary, "views": {k: zlib.compress(v.encode("utf-8")) for k, v in views.items()}}
 
@@ -151,9 +129,9 @@ def record_file(record) -> str | None:
         return None
     s = dict(done["summary"])  # the state keeps the trees packed once; the file spells them out
     s["lanes"] = {m: dict(v) for m, v in s["lanes"].items()}
-    s["lanes"]["eagle2"]["trees"] = _trees(record.trees)
-    if record.compare_kind in s["lanes"]:
-        s["lanes"][record.compare_kind]["trees"] = _trees(record.compare_trees)
+    for row in record.rows:
+        if row.drafts:
+            s["lanes"][row.method]["trees"] = _trees(record.packed.get(row.slot, []))
     return _write(f"eagle-run-{s['id']}.json", json.dumps(s, indent=1, ensure_ascii=False) + "\n")
 
 

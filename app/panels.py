@@ -9,7 +9,8 @@ import dataclasses
 import gradio as gr
 
 import app.history as hist
-from app.handlers import LANE_TITLES, step_slider
+from app.handlers import step_slider
+from app.lanes import BASELINE, EAGLE, lane_title
 from app.links import LINK_FIELDS, copy_js, from_query
 from app.plots import stats_figure, tree_figure
 from app.why import why_html
@@ -31,11 +32,11 @@ def reopen_view(record, label) -> dict:
     views, s = hist.views_of(record.finished_run), record.finished_run["summary"]
     stats = {m: stats_from_dict(v["stats"]) for m, v in s["lanes"].items()}
     kind = record.compare_kind
-    compare_label = LANE_TITLES.get(kind, "")
+    compare_label = lane_title(kind)
     out = {k: views[k] for k in ("baseline-output", "eagle-output", "stats") if k in views}
     if "compare-output" in views:
         out["compare-output"] = views["compare-output"]
-    out["stats-charts"] = stats_figure(stats["baseline"], stats["eagle2"], stats.get(kind), compare_label)
+    out["stats-charts"] = stats_figure(stats[BASELINE.method], stats[EAGLE.method], stats.get(kind), compare_label)
     n = record.lane_tree_count("eagle")
     out["draft-tree"] = tree_figure(record.tree_step(n - 1) if n else None, label,
                                     title=f"Step {n} of {n}" if n else "")

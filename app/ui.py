@@ -12,8 +12,9 @@ import gradio as gr
 
 from app.chat import chat_controls
 from app.chat import wire as wire_chat
-from app.handlers import COMPARE, LANE_TITLES, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, OUTPUTS, Limits, Playground
-from app.inputs import RunSettings
+from app.handlers import OUTPUTS, Playground
+from app.inputs import COMPARE, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, Limits, RunSettings
+from app.lanes import lane_title
 from app.panels import build_panels, restore_from_link, wire_panels
 from app.picker import build_picker, make_picker, wire_picker
 from app.plots import stats_figure, tree_figure
@@ -90,8 +91,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
     pg = Playground(tokenizer, baseline, eagle, text_every=text_every, plot_every=plot_every,
                     charts_every=max(2.0, 4 * plot_every), max_new_tokens=max_new_tokens,
                     max_prompt_tokens=max_prompt_tokens, prompt_mode=prompt_mode, system=system, limits=limits,
-                    trees=trees, compare=compare)
-    pg.verify_ms = verify_ms  # read by the "why this speedup" arithmetic of each finished run (app/why.py)
+                    trees=trees, compare=compare, verify_ms=verify_ms)
     picker = make_picker(pg, info, presets, loader)  # None when nothing is offered
     lim = pg.limits
     tree_defaults = pg.trees.greedy  # the temperature slider starts at 0 (greedy)
@@ -208,7 +208,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
 
         def show_lanes(choice):
             three = choice in pg.compare
-            title = f"### {LANE_TITLES.get(choice, choice)} · speculative decoding (token-level)" if three else ""
+            title = f"### {lane_title(choice) or choice} · speculative decoding (token-level)" if three else ""
             return gr.Column(visible=three), gr.Column(visible=three), gr.Markdown(title)
 
         race_with.change(show_lanes, [race_with], [compare_col, compare_tree_col, compare_title], queue=False,

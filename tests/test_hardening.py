@@ -21,7 +21,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from gradio_client import Client  # noqa: E402
 
-from app.handlers import Limits, Playground  # noqa: E402
+from app.handlers import Playground  # noqa: E402
+from app.inputs import Limits  # noqa: E402
 from app.state import RunRecord, drop_record  # noqa: E402
 from app.ui import STATIC, build_demo, launch_options  # noqa: E402
 from core.engine.config import DecodeConfig, DecodeError  # noqa: E402
@@ -597,7 +598,7 @@ def test_state_keeps_only_the_compact_record_and_expires():
     outs = list(pg.stream("the fox " * 20, 64, 0.0, 1.0, 0, 32, 6, 6, 10))
     live, final = outs[1][-1], outs[-1][-1]
     assert isinstance(final, RunRecord) and final is not live
-    assert not final.baseline and not final.eagle and final.prompt == "" and final.tree_count == len(live.tree_steps)
+    assert not final.steps("baseline") and not final.steps("eagle") and final.prompt == "" and final.tree_count == len(live.tree_steps)
     full, small = len(pickle.dumps(live)), len(pickle.dumps(final))
     assert small < full / 4, (small, full)
     assert final.tree_step(2).tree == live.tree_steps[2].tree  # the slider redraws the same tree
