@@ -38,6 +38,12 @@ def run_settings(prompt: str, cfg, compare: str) -> dict:
             "stop_below": t.stop_below, "compare": compare}
 
 
+def model_text(summary: dict) -> str:
+    """'gemma-3-270m', or 'gemma-3-270m + my-head' for a run with a head the visitor bound."""
+    head = summary.get("head")
+    return f"{summary['model']} + {head}" if head else summary["model"]
+
+
 def tree_text(settings: dict) -> str:
     """'16 nodes · depth 6 · top-6 · lookup 10' for the table."""
     if not settings:
@@ -86,7 +92,7 @@ def rows(history: list | None) -> list[list]:
     for i, r in enumerate(history or [], 1):
         s = r.finished_run["summary"]
         prompt = s["prompt"] if len(s["prompt"]) <= 60 else s["prompt"][:57] + "…"
-        out.append([i, prompt, s["model"], tree_text(s["settings"]), round(s["speedup"], 2), round(s["tau"], 2)])
+        out.append([i, prompt, model_text(s), tree_text(s["settings"]), round(s["speedup"], 2), round(s["tau"], 2)])
     return out
 
 
@@ -106,7 +112,7 @@ def csv_text(history: list | None) -> str:
         s = r.finished_run["summary"]
         st, lanes = s["settings"], s["lanes"]
         why = s["why"][0]["predicted_speedup"] if s["why"] else ""
-        w.writerow([i, s["time"], s["prompt"], s["model"], tree_text(st), st.get("max_new_tokens"),
+        w.writerow([i, s["time"], s["prompt"], model_text(s), tree_text(st), st.get("max_new_tokens"),
                     st.get("temperature"), st.get("top_p"), st.get("seed"), st.get("compare"),
                     f"{s['speedup']:.4f}", f"{s['tau']:.4f}", f"{lanes['baseline']['stats']['tokens_per_s']:.3f}",
                     f"{lanes['eagle2']['stats']['tokens_per_s']:.3f}", lanes["eagle2"]["stats"]["new_tokens"],

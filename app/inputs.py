@@ -154,7 +154,8 @@ def compare_choice(value: object, available: tuple[str, ...]) -> str:
 @dataclass(frozen=True)
 class Served:
     """What a request is checked against: the model it will run on (its name, tokenizer and prompt mode, its
-    context, the token-level lanes it has loaded, its planned trees), and the system prompt of chat mode."""
+    context, the token-level lanes it has loaded, its planned trees, the visitor's head bound to it), and the system
+    prompt of chat mode."""
 
     name: str
     tokenizer: object
@@ -163,6 +164,7 @@ class Served:
     compare: tuple[str, ...] = ()
     max_positions: int | None = None
     system: str | None = None
+    head: str = ""  # the head folder a visitor bound to the model, "" for its own
 
 
 def run_settings(prompt: str, cfg: DecodeConfig, compare: str) -> dict:
@@ -254,5 +256,5 @@ def prepare(settings: RunSettings, served: Served, limits: Limits) -> tuple[RunR
         raise RequestError(f"The prompt is {len(ids)} tokens; at most {max(limit, 0)} fit with these settings.",
                            "Prompt too long")
     return RunRecord(prompt=prompt, prompt_ids=ids, greedy=cfg.sampling.greedy, tree_depth=cfg.tree.depth,
-                     model=served.name, compare_kind=compare, messages=convo,
+                     model=served.name, head=served.head, compare_kind=compare, messages=convo,
                      settings=run_settings(prompt, cfg, compare), stops=stops), cfg

@@ -73,7 +73,8 @@ def build_panels() -> dict:
 def wire_panels(pg, panels: dict, by_id: dict, link_targets: dict, done: list, label_for=None) -> None:
     """Wire the panels: `by_id`: the run's output components by id; `link_targets`: the components a link sets, by
     LINK_FIELDS key ("prompt" and "compare" among them); `done`: the events after which a run has ended (Run,
-    Stop); `label_for`: model name -> token labeller for a reopened run's trees (the picker's), else pg.label."""
+    Stop); `label_for`: record -> token labeller for a reopened run's trees (in its model's tokenizer), else
+    pg.label."""
     prompt, race_with = link_targets["prompt"], link_targets["compare"]
     why, table, pick, run_json, all_csv, copy, link = (panels[k] for k in (
         "why", "history-table", "history-pick", "download-run", "download-history", "copy-link", "link"))
@@ -103,7 +104,7 @@ def wire_panels(pg, panels: dict, by_id: dict, link_targets: dict, done: list, l
         if index is None or not 0 <= int(index) < len(history):
             return [gr.skip()] * len(reopen_outs)
         record = history[int(index)]
-        label = label_for(record.model) if label_for is not None else pg.label
+        label = label_for(record) if label_for is not None else pg.label
         view = reopen_view(record, label)
         view["state"] = record
         s = record.finished_run["summary"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from app.lanes import LaneRow, lane_rows
 from core.engine.events import StepEvent, TreeNode
@@ -48,6 +49,25 @@ class PackedTree:
         return StepEvent(self.step, self.method, self.new_token_ids, nodes, self.accepted_path)
 
 
+@dataclass(frozen=True)
+class Choice:
+    """A visitor's model and head, kept in that visitor's session state: a preset (or the start-up model) by name and
+    the head folder bound to it (None: the model's own head). Every request of the session runs on it."""
+
+    model: str
+    head: str | None = None
+
+    @property
+    def head_name(self) -> str:
+        """The head's folder name, "" for the model's own head."""
+        return Path(self.head).name if self.head else ""
+
+    @property
+    def name(self) -> str:
+        """'gemma-3-270m', or 'gemma-3-270m + my-head' with a head of the visitor's."""
+        return f"{self.model} + {self.head_name}" if self.head else self.model
+
+
 @dataclass
 class RunRecord:
     """One request: its inputs and every step event of each lane (plain decoding, EAGLE-2, and the token-level
@@ -60,7 +80,8 @@ class RunRecord:
     tree_depth: int = 0
     events: dict[str, list[StepEvent]] = field(default_factory=dict)  # lane slot -> its steps (a live record)
     compare_kind: str = "none"  # "none" | "medusa" | "lookup" (app/inputs.py COMPARE)
-    model: str = ""  # target name, for the per-request log line
+    model: str = ""  # the model it ran on (a preset or the start-up model): history, links, the log line
+    head: str = ""  # the head folder the visitor bound (its path here), "" for the model's own head
     stop: bool = False  # set by the Stop button; the running request reads it between decode steps
     note: str = ""  # why the run stopped early (the time budget), shown to the user
     stops: tuple[str, ...] = ()  # stop strings: a lane ends once its text contains one (core/engine/stops.py)
@@ -69,6 +90,11 @@ class RunRecord:
     answer_ids: tuple[int, ...] = ()  # only in a compact record of a conversation turn: the baseline lane's ids
     settings: dict = field(default_factory=dict)  # the request's resolved settings (tree filled in), for links
     finished_run: dict | None = None  # a finished run's record and views, for the history (app/history.py)
+
+    @property
+    def choice(self) -> Choice:
+        """The model and head this request ran on."""
+        return Choice(self.model, self.head or None)
 
     @property
     def rows(self) -> tuple[LaneRow, ...]:
@@ -131,7 +157,7 @@ class RunRecord:
         """A new record with what the UI needs after the run (the step slider's trees); the live one is untouched."""
         packed = {row.slot: [PackedTree.pack(e) for e in self.steps(row.slot) if e.tree]
                   for row in self.rows if row.drafts}
-        return RunRecord(greedy=self.greedy, tree_depth=self.tree_depth, model=self.model, stop=True,
+        return RunRecord(greedy=self.greedy, tree_depth=self.tree_depth, model=self.model, head=self.head, stop=True,
                          note=self.note, packed=packed, compare_kind=self.compare_kind, messages=self.messages,
                          answer_ids=tuple(self.ids("baseline")) if self.messages is not None else (),
                          settings=dict(self.settings), finished_run=self.finished_run)
