@@ -152,10 +152,9 @@ class Models:
                     self.loaded.move_to_end(choice)
             return bundle, ""
         with self.lock:
-            t0 = time.perf_counter()
+            t0, again = time.perf_counter(), choice in self.dropped
             bundle = self.peek(choice) or self._load(choice)
             took = time.perf_counter() - t0
-            again = choice in self.dropped
         what = "reloaded (it had been dropped to keep memory bounded)" if again else "loaded"
         return bundle, f"{what} in {took:.1f} s"
 
@@ -261,12 +260,12 @@ def wire_picker(picker: Picker, comps: dict, choice: object, info, race_with,
     follow the session's model's token-level lanes."""
     import gradio as gr
 
-    skip = (gr.skip(),) * 4
+    skip = (gr.skip(),) * 5
 
     def after(new: Choice, message: str):
         bundle = picker.models.peek(new) or picker.models.first
         return (new, f"✅ {message}", gr.Markdown(bundle.info or f"Target **{bundle.name}**"),
-                gr.Radio(choices=lane_choices(bundle.compare), value="none"))
+                gr.Radio(choices=lane_choices(bundle.compare), value="none"), new.head or "")
 
     def switch(name, current):
         if not name or name == (current or Choice(picker.first)).name:
@@ -274,15 +273,15 @@ def wire_picker(picker: Picker, comps: dict, choice: object, info, race_with,
         try:
             return after(*picker.switch(name))
         except ValueError as e:
-            return gr.skip(), f"⚠️ {e}", gr.skip(), gr.skip()
+            return gr.skip(), f"⚠️ {e}", gr.skip(), gr.skip(), gr.skip()
 
     def head(path, files, current):
         try:
             return after(*picker.try_head(current, path, files))
         except ValueError as e:
-            return gr.skip(), f"⚠️ Head refused: {e}", gr.skip(), gr.skip()
+            return gr.skip(), f"⚠️ Head refused: {e}", gr.skip(), gr.skip(), gr.skip()
 
-    outs = [choice, comps["picker-status"], info, race_with]
+    outs = [choice, comps["picker-status"], info, race_with, comps["head-path"]]  # the head box: what links keep
     comps["model-choice"].change(switch, [comps["model-choice"], choice], outs, api_visibility="private",
                                  concurrency_id="picker", concurrency_limit=1)
     comps["use-head"].click(head, [comps["head-path"], comps["head-upload"], choice], outs,

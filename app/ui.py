@@ -236,6 +236,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
             wire_picker(picker, picker_ui, choice, info_md, race_with,
                         lambda lanes: [(COMPARE[k], k) for k in COMPARE if k == "none" or k in lanes])
             link_targets["model"] = picker_ui["model-choice"]
+            link_targets["head"] = picker_ui["head-path"]
         wire_panels(pg, panels, by_id, link_targets, [run_event, stop_event], pg.label_for)
         restore, restored = restore_from_link(pg, link_targets, picker.choices() if picker else (), tree_touched)
         demo.load(restore, None, restored, queue=False, api_visibility="private")
