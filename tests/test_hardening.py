@@ -452,9 +452,11 @@ def test_api_takes_no_file_paths(server):
     api = server.view_api(print_info=False, return_format="dict")
     params = [p["parameter_name"] for p in api["named_endpoints"]["/run"]["parameters"]]
     assert params == ["prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k",
-                      "lookup", "compare", "stop_below", "messages", "stop"]  # compare: a COMPARE key, never a path;
-    # messages: {role, content} dicts of text (core/conversation.py), never a path
-    assert not any("path" in p or "head" in p or "model" in p for p in params)
+                      "lookup", "compare", "stop_below", "messages", "stop", "model"]  # compare: a COMPARE key, never a path;
+    # messages: {role, content} dicts of text (core/conversation.py), never a path; model: an offered preset's name
+    assert not any("path" in p or "head" in p for p in params)
+    with pytest.raises(Exception, match="model must be one of"):
+        server.predict(PROMPT, 4, model="static/heads", api_name="/run")  # a folder is no preset: refused
 
 
 class _Payload:
