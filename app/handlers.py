@@ -246,10 +246,11 @@ class Playground:
         """Validate one request's settings -> (fresh RunRecord, DecodeConfig) through app/inputs.py `prepare`, the
         one input check of the UI's event and `/run`; a refusal becomes a gr.Error with its one-line message (and
         one log line)."""
+        served = self.served(bundle, choice)
         try:
-            return prepare(settings, self.served(bundle, choice), self.limits)
+            return prepare(settings, served, self.limits)
         except RequestError as e:
-            log_rejected(endpoint, self.model, str(e))
+            log_rejected(endpoint, served.name, str(e))
             raise user_error(str(e), e.title) from None
 
     def session_bundle(self, choice: object, endpoint: str) -> tuple[Bundle, Choice, str]:

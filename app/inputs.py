@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from app.state import RunRecord
-from core.conversation import check_messages, encode_messages, with_system
+from core.conversation import check_messages, with_system
 from core.engine.autotree import TreePlan
 from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
 from core.engine.stops import check_stops
-from core.prompt import PromptError, encode_prompt, prompt_limit
+from core.prompt import PromptError, encode_messages, encode_prompt, prompt_limit
 
 MAX_NEW_TOKENS = 1024  # UI / API cap (core accepts more; this keeps a public demo responsive)
 MAX_PROMPT_TOKENS = 4096

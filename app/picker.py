@@ -33,6 +33,7 @@ from app.state import Choice
 
 ENV = "EAGLE_PRESETS"
 UPLOADS = Path(tempfile.gettempdir()) / "eagle-playground-heads"
+DROPPED_KEPT = 64  # dropped choices remembered, so a reload can say it is one
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ class Models:
             raise ValueError(f"at least one model must stay loaded, got {keep}")
         self.first, self.loader, self.keep = first, loader, keep
         self.loaded: OrderedDict[Choice, Bundle] = OrderedDict()
-        self.dropped: set[Choice] = set()
+        self.dropped: OrderedDict[Choice, None] = OrderedDict()  # recently dropped (the "reloaded" wording)
         self.lock = threading.RLock()  # one load at a time; a bundle in memory is handed out without waiting
 
     def peek(self, choice: Choice | None) -> Bundle | None:
@@ -177,10 +178,12 @@ class Models:
         """Remember a loaded bundle, dropping the least recently used beyond `keep` (the start-up model counts)."""
         self.loaded[choice] = bundle
         self.loaded.move_to_end(choice)
-        self.dropped.discard(choice)
+        self.dropped.pop(choice, None)
         while self.loaded and len(self.loaded) + 1 > self.keep:
             gone, _ = self.loaded.popitem(last=False)
-            self.dropped.add(gone)
+            self.dropped[gone] = None
+        while len(self.dropped) > DROPPED_KEPT:
+            self.dropped.popitem(last=False)
         return bundle
 
     def names(self) -> list[str]:

@@ -4,6 +4,7 @@ attribute name."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 from pathlib import Path
 
@@ -82,3 +83,31 @@ def test_app_reaches_no_lane_by_attribute_name_and_reexports_nothing():
                 name = node.args[1]
                 assert not (isinstance(name, ast.Name) and name.id in ("side", "lane", "s")), (f.name, node.lineno)
                 assert not (isinstance(name, ast.Constant) and name.value in ("baseline", "eagle", "compare"))
+
+
+def defined_names(module: str) -> set[str] | None:
+    """The names a module of this project defines at its top level (None for a package or a module not found)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.submodule_search_locations is not None or not spec.origin:
+        return None
+    names = set()
+    for node in ast.parse(Path(spec.origin).read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def test_every_app_import_names_the_module_that_defines_the_name():
+    """app/ imports each project name from the module that defines it, never through another module's re-export."""
+    wrong = []
+    for f in sorted((ROOT / "app").glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("app", "core")):
+                continue
+            names = defined_names(node.module)
+            wrong += [f"{f.name}: {node.module}.{a.name}" for a in node.names if names is not None
+                      and a.name not in names]
+    assert not wrong, wrong
