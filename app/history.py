@@ -1,11 +1,12 @@
 """Run history: this browser session's finished runs, each kept with its full record and its views.
 
 When a run ends (done or stopped) the handler attaches `finished_run()` to its record: `summary`, the run's record
-as plain JSON (app/result.py `run_result`, the shape `/run` answers from: prompt, model, settings, per lane the text,
-token ids and statistics, and the "why this speedup" arithmetic), and `views`, the HTML the panels showed; the verified draft trees stay packed in the compact record
-(app/state.py) and are spelled out only in the downloaded file. The UI appends it to a
-gr.State list (per session, at most HISTORY_MAX runs), lists the runs in a table, reopens any one (its views, its
-compact record for the step slider), and writes the downloads: one run's record as JSON, the history as CSV.
+as plain JSON (app/result.py `run_result`, the shape `/run` answers from: prompt, model and head, settings, per lane
+the text, token ids and statistics, and the "why this speedup" arithmetic), and `views`, the HTML the panels showed;
+the verified draft trees stay packed in the compact record (app/state.py) and are spelled out only in the downloaded
+file. The UI appends it to a gr.State list (per session, at most HISTORY_MAX runs), lists the runs in a table,
+reopens any one (its views, its compact record for the step slider), and writes the downloads: one run's record
+as JSON, the history as CSV.
 No tensors, no models: records and strings only.
 """
 from __future__ import annotations

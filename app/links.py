@@ -5,7 +5,8 @@
 in the browser from the current values (`COPY_JS`, one key per LINK_FIELDS entry, in that order) and copies it to the
 clipboard. A value out of range or of the wrong type is left at the page's default and named in a note, so a
 hand-edited link never breaks the page. The model opens as the visitor's own choice; a `head` (the folder a run's
-head was read from) fills the picker's head box, bound only when the visitor presses "Use this head". Pure parsing here; the wiring is in app/panels.py.
+head was read from) fills the picker's head box, bound only when the visitor presses "Use this head". Pure parsing
+here; the wiring is in app/panels.py.
 """
 from __future__ import annotations
 

@@ -211,8 +211,8 @@ class Picker:
             raise ValueError(f"{name!r} is not offered here (offered: {', '.join(self.choices())})")
         choice = Choice(name)
         bundle, status = self.models.get(choice)
-        return choice, (f"Serving **{bundle.name}** to this session: {status or 'already loaded'}. Other visitors keep their own model; "
-                        "a run already going finishes on the model it started with.")
+        return choice, (f"Serving **{bundle.name}** to this session: {status or 'already loaded'}. Other visitors "
+                        "keep their own model; a run already going finishes on the model it started with.")
 
     def try_head(self, current: Choice | None, path: str | None = None,
                  files: list[str] | None = None) -> tuple[Choice, str]:

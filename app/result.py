@@ -52,7 +52,8 @@ def run_result(record, texts: Mapping[str, str], dtype, profile: dict[int, float
                           "stats": with_serving_names(stats[row.slot].as_dict()),
                           "speedup": speedup(stats[row.slot], base) if row.drafts else 1.0}
              for row in record.rows}
-    result = {"model": record.model, "head": record.choice.head_name, "prompt": record.prompt, "settings": dict(record.settings),
+    result = {"model": record.model, "head": record.choice.head_name, "prompt": record.prompt,
+              "settings": dict(record.settings),
               "greedy": record.greedy, "identical": record.ids(BASELINE.slot) == record.ids(EAGLE.slot),
               "divergence": divergence(record, dtype), "note": record.note,
               "stopped": not all(record.finished(slot) for slot in record.lanes),
@@ -68,7 +69,8 @@ def api_result(result: dict, compare: str) -> dict:
     statistics by lane, `compare_*` for a token-level lane), plus the tree that ran and the "why" numbers."""
     lanes = result["lanes"]
     b, e = lanes[BASELINE.method], lanes[EAGLE.method]
-    out = {"lanes": list(lanes), "model": result["model"], "head": result["head"], "baseline_text": b["text"], "eagle_text": e["text"],
+    out = {"lanes": list(lanes), "model": result["model"], "head": result["head"], "baseline_text": b["text"],
+           "eagle_text": e["text"],
            "identical": result["identical"], "divergence": result["divergence"], "greedy": result["greedy"],
            "baseline_token_ids": b["token_ids"], "eagle_token_ids": e["token_ids"],
            "baseline": b["stats"], "eagle": e["stats"], "speedup": result["speedup"],
