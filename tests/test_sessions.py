@@ -133,6 +133,10 @@ def test_shared_bundles_are_bounded_and_a_dropped_model_reloads_with_a_status():
     assert again["model_status"].startswith("reloaded") and again["model"] == "tiny-a"
     assert again["baseline_token_ids"] == first["baseline_token_ids"] and loads == ["tiny-a", "tiny-b", "tiny-a"]
     assert pg.run(PROMPT, 8)["model"] == "tiny-llama"  # the start-up model always stays
+    pg.run(PROMPT, 8, model="tiny-b")  # drops tiny-a again; the UI's stream reloads it for its session
+    record = list(pg.stream(PROMPT, *ARGS, choice=Choice("tiny-a")))[-1][-1]
+    assert record.model == "tiny-a" and record.finished_run["summary"]["lanes"]["baseline"]["token_ids"] == sequential(
+        1) and loads[-1] == "tiny-a" and pg.models.names() == ["tiny-llama", "tiny-a"]
 
 
 def test_run_names_the_model_and_refuses_one_not_offered():
