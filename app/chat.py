@@ -9,6 +9,7 @@ stay per turn: each run is a fresh RunRecord. Reset empties the history. No mode
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import gradio as gr
 
@@ -70,11 +71,19 @@ def toggle_conversation(keep: bool) -> tuple:
     return ([] if keep else None), gr.Chatbot(value=[], visible=keep)
 
 
-def wire(controls: ChatControls, tokenizer, run_event, stop_event, state: gr.State, prompt: gr.Textbox) -> None:
-    """Listeners: commit after a run ends and after Stop; reset (the button or the view's own bin); the switch."""
+def wire(controls: ChatControls, tokenizer_of: Callable[[RunRecord], object], run_event, stop_event,
+         state: gr.State, prompt: gr.Textbox) -> None:
+    """Listeners: commit after a run ends and after Stop (the answer decoded by `tokenizer_of(record)`, the
+    tokenizer of the model the turn ran on); reset (the button or the view's own bin); the switch."""
     c = controls
+
+    def after_turn(record, history):
+        if not isinstance(record, RunRecord):
+            return (gr.skip(),) * 3
+        return commit(tokenizer_of(record), record, history)
+
     for event in (run_event, stop_event):
-        event.then(lambda record, history: commit(tokenizer, record, history), [state, c.history],
+        event.then(after_turn, [state, c.history],
                    [c.history, c.log, prompt], queue=False, api_visibility="private", show_progress="hidden")
     c.reset.click(reset_conversation, [c.keep], [c.history, c.log], queue=False, api_visibility="private")
     c.log.clear(reset_conversation, [c.keep], [c.history, c.log], queue=False, api_visibility="private")  # its bin

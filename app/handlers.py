@@ -4,22 +4,22 @@ No layout here (ui.py), no input coercion (inputs.py), no race or ZeroGPU plumbi
 (startup.py), and no per-user state held on the object: `Playground` only binds the loaded models, which every
 session shares read-only; each request's events live in a RunRecord passed through gr.State. Outputs are built as
 a dict keyed by component id (`OUTPUTS` is the one order ui.py wires them in).
+Input checks are app/inputs.py's `prepare` (refusals mapped to gr.Error here), a finished run's record is
+app/result.py's, the lanes' titles and slots app/lanes.py's.
 (No `from __future__ import annotations` here: gr.api reads the /run signature's real types.)
 """
 import dataclasses
+import html
 import time
 from contextlib import contextmanager
-from types import MappingProxyType
 from typing import Callable, Iterator
 
 import gradio as gr
 
-from app.inputs import (  # noqa: F401  (re-exported: the app's public names stay importable from here)
-    COMPARE, DEFAULT_TREE, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, Limits, RunSettings, as_float, as_int, compare_choice,
-    make_config, short, user_error, within,
-)
+from app.inputs import DEFAULT_TREE, Limits, RequestError, RunSettings, Served, as_float, prepare, short
+from app.lanes import lane_title
 from app.plots import stats_figure, tree_figure
-from app.race import gpu_seconds, is_oom, log_rejected, log_request, race, spaces_module  # noqa: F401
+from app.race import is_oom, log_rejected, log_request, race
 from app.render import (
     Detokenizer,
     baseline_html,
@@ -32,25 +32,31 @@ from app.render import (
     token_label,
     token_steps,
 )
-from app.history import finished_run, run_settings
-from app.startup import auto_or_parse, warm_up  # noqa: F401
-from app.state import RunRecord
+from app.history import finished_run
+from app.result import api_result, lane_stats, run_result
+from app.picker import Bundle, Models
+from app.state import Choice, RunRecord
+from app.zerogpu import gpu_seconds, spaces_module
+from core.conversation import answered
 from core.engine.autotree import TreePlan
 from core.engine.config import DecodeConfig, DecodeError
-from core.conversation import answered, check_messages, encode_messages, with_system
-from core.engine.events import StepEvent, summarize
+from core.engine.events import StepEvent
+from core.engine.exactness import divergence_of, short_name
 from core.models import choices
 from core.engine.eagle import NON_FINITE_DRAFT_NOTE
-from core.engine.exactness import Divergence, divergence_of, short_name
 from core.lanes import Lane
-from core.engine.metrics_names import with_serving_names
-from core.engine.stops import check_stops, stop_at
-from core.prompt import PromptError, encode_prompt, prompt_limit
+from core.engine.stops import stop_at
+from core.prompt import encode_prompt
 from core.prompt import prompt_mode as resolve_prompt_mode
 
 OUTPUTS = ("baseline-output", "eagle-output", "stats", "stats-charts", "draft-tree", "step-slider",
            "compare-output", "compare-tree", "state")  # the two-lane outputs first, the third lane's after, state last
-LANE_TITLES = MappingProxyType({"medusa": "Medusa", "lookup": "Prompt lookup"})
+
+
+def user_error(message: str, title: str) -> gr.Error:
+    """An expected, user-caused error: shown to that user (as text: Gradio renders messages as HTML) and logged as
+    one line by the handler, without the traceback Gradio prints for faults."""
+    return gr.Error(html.escape(message, quote=False), title=title, print_exception=False)
 
 
 def ordered(view: dict) -> tuple:
@@ -81,28 +87,37 @@ def noted(record: RunRecord, steps: Iterator[tuple[str, StepEvent]]) -> Iterator
 
 class Playground:
     """The loaded tokenizer and decoders bound to the app's event functions. `compare`: the token-level decoders a
-    request may race as a third lane, by COMPARE key ("medusa", "lookup"; app/startup.py compare_decoders)."""
+    request may race as a third lane, by COMPARE key ("medusa", "lookup"; app/startup.py compare_decoders).
+    `verify_ms`: verify cost by tree size on this machine (core.engine.autotree.verify_profile), for the "why this
+    speedup" what-if of every finished run (app/why.py). The model given is the start-up model, what a session
+    runs on until it chooses another: `offered` the preset names a session (or `/run`'s `model=`) may choose,
+    `loader` preset name -> Bundle, `max_loaded` the most bundles in memory at once (app/picker.py `Models`)."""
 
-    def __init__(self, tokenizer, baseline, eagle, *, compare: dict | None = None, text_every: float = 0.1, plot_every: float = 0.5,
-                 charts_every: float = 2.0, max_new_tokens: int | None = None,
+    def __init__(self, tokenizer, baseline, eagle, *, compare: dict | None = None, text_every: float = 0.1,
+                 plot_every: float = 0.5, charts_every: float = 2.0, max_new_tokens: int | None = None,
                  max_prompt_tokens: int | None = None, prompt_mode: str = "auto", system: str | None = None,
-                 limits: Limits | None = None, trees: TreePlan | None = None):
+                 limits: Limits | None = None, trees: TreePlan | None = None,
+                 verify_ms: dict[int, float] | None = None, info: str = "", offered: list[str] | None = None,
+                 loader: Callable[[str], Bundle] | None = None, max_loaded: int = 2):
         self.tok, self.baseline, self.eagle = tokenizer, baseline, eagle
         self.compare = dict(compare or {})
         # the tree a request gets unless it sets one: per sampling regime (greedy / sampled), shared by UI and /run
         self.trees = trees or TreePlan.fixed(DEFAULT_TREE, "engine default")
         self.mode = resolve_prompt_mode(tokenizer, prompt_mode)  # 'chat' (user turn) or 'raw'; shown in the UI
         self.system = system
+        self.verify_ms = verify_ms
         self.text_every, self.plot_every, self.charts_every = text_every, plot_every, charts_every
         lim = limits or Limits()
         self.limits = dataclasses.replace(lim, max_new_tokens=max_new_tokens or lim.max_new_tokens,
                                           prompt_tokens=max_prompt_tokens or lim.prompt_tokens)
-        self.cap, self.prompt_cap = self.limits.max_new_tokens, self.limits.prompt_tokens
         self.queue = None  # the app's gradio Queue, set by build_demo: lets a request notice its client has gone
         target = baseline.target  # core.engine.events.Decoder: None for a fake without a model
         self.model = str(target.name or type(target).__name__) if target is not None else "unknown"
         self.dtype = target.dtype if target is not None else "float32"  # a divergence's near-tie tolerance
         self._labels: dict[int, str] = {}  # token id -> tree label; a pure tokenizer cache, not user data
+        first = Bundle(self.model, tokenizer, baseline, eagle, self.compare, None, info)
+        self.models = Models(first, loader, max_loaded)  # the loaded bundles every session shares
+        self.offered = tuple(dict.fromkeys([self.model, *(offered or ())]))
         spaces = spaces_module()
         self.zero_gpu = spaces is not None
         self._race = self._race_steps  # GPU work; on ZeroGPU wrapped so a GPU is attached for its duration
@@ -117,20 +132,20 @@ class Playground:
         tokens and lanes, capped by the time budget per request."""
         return gpu_seconds(cfg.max_new_tokens, len(lanes), self.limits.seconds)
 
-    def _race_steps(self, prompt_ids: list[int], cfg: DecodeConfig, lanes: tuple[str, ...] = ("baseline", "eagle"),
-                    compare: str = "none", should_stop: Callable[[], bool] | None = None,
-                    decoders: dict | None = None, stops: tuple[str, ...] = ()) -> Iterator[tuple[str, StepEvent]]:
+    def _race_steps(self, prompt_ids: list[int], cfg: DecodeConfig, lanes: tuple[str, ...], decoders: dict,
+                    should_stop: Callable[[], bool] | None = None, stops: tuple[str, ...] = (),
+                    tokenizer=None) -> Iterator[tuple[str, StepEvent]]:
         """The lanes' decoders raced step by step until done or should_stop(); closing this generator stops all.
-        `decoders`: by lane, bound when the request started (a model switch never changes a request's decoders).
-        Each lane ends on its own once its text contains one of `stops` (core/engine/stops.py)."""
+        `decoders`: by lane slot, bound when the request started (a model switch never changes a request's
+        decoders). Each lane ends on its own once its text contains one of `stops` (core/engine/stops.py)."""
         closed = [False]
 
         def stop() -> bool:
             return closed[0] or bool(should_stop and should_stop())
 
-        decoders = decoders or {"baseline": self.baseline, "compare": self.compare.get(compare), "eagle": self.eagle}
         racers = [Lane(name, decoders[name]) for name in lanes]  # the request's tree for every lane (core/lanes.py)
-        text = lambda ids: self.tok.decode(ids, skip_special_tokens=True)  # noqa: E731
+        tok = tokenizer or self.tok
+        text = lambda ids: tok.decode(ids, skip_special_tokens=True)  # noqa: E731
         gens = {lane.name: stop_at(lane.generate(prompt_ids, cfg, stop), text, stops) for lane in racers}
         try:
             yield from race(gens)
@@ -139,8 +154,21 @@ class Playground:
             for g in gens.values():
                 g.close()  # runs the decoders' finally blocks: caches freed now, not at garbage collection
 
-    def _steps(self, record: RunRecord, cfg: DecodeConfig,
-               gone: Callable[[], bool] = lambda: False) -> Iterator[tuple[str, StepEvent]]:
+    def dtype_of(self, bundle: Bundle):
+        """The dtype a bundle's target computes in (a divergence's near-tie tolerance): the start-up model's as read
+        at start, another's from its target; fp32 for a fake without one."""
+        target = bundle.baseline.target
+        if bundle is self.models.first or target is None:
+            return self.dtype
+        return target.dtype
+
+    @staticmethod
+    def decoders(bundle: Bundle, compare: str) -> dict:
+        """A bundle's decoders by lane slot, the token-level lane `compare` names in the "compare" slot."""
+        return {"baseline": bundle.baseline, "eagle": bundle.eagle, "compare": bundle.compare.get(compare)}
+
+    def _steps(self, record: RunRecord, cfg: DecodeConfig, gone: Callable[[], bool] = lambda: False,
+               bundle: Bundle | None = None) -> Iterator[tuple[str, StepEvent]]:
         """The race for one request. The decoders check after every step whether to stop: the Stop button flipped
         record.stop, the client has gone (`gone`), or the request's wall-clock budget is spent, which sets
         record.note. (On ZeroGPU the race runs in a forked worker that cannot see these; Stop then cancels the
@@ -156,9 +184,10 @@ class Playground:
                 return True
             return False
 
-        bound = {"baseline": self.baseline, "compare": self.compare.get(record.compare_kind), "eagle": self.eagle}
-        return noted(record, self._race(record.prompt_ids, cfg, record.lanes, record.compare_kind,
-                                        None if self.zero_gpu else should_stop, bound, record.stops))
+        bundle = bundle or self.models.first
+        bound = self.decoders(bundle, record.compare_kind)
+        return noted(record, self._race(record.prompt_ids, cfg, record.lanes, bound,
+                                        None if self.zero_gpu else should_stop, record.stops, bundle.tokenizer))
 
     def client_gone(self, request: gr.Request | None, api_name: str) -> Callable[[], bool]:
         """A check that turns true once the client of this queued request has disconnected or cancelled it.
@@ -200,85 +229,78 @@ class Playground:
 
     # ---------------------------------------------------------------------------------- input boundary
 
-    def prepare(self, settings: RunSettings, endpoint: str = "run") -> tuple[RunRecord, DecodeConfig]:
-        """Validate one request's settings -> (fresh RunRecord, DecodeConfig), the one input check of the UI's event
-        and `/run`; raises gr.Error with a clear one-line message (and logs one line) for anything outside
-        self.limits."""
-        try:
-            return self._prepare(settings)
-        except gr.Error as e:
-            log_rejected(endpoint, self.model, str(e))
-            raise
+    def served(self, bundle: Bundle | None = None, choice: Choice | None = None) -> Served:
+        """What a request is checked against: its bundle (the start-up model's by default), its prompt mode (the
+        start-up model's as configured, another model's chosen by its tokenizer), context, lanes and trees."""
+        bundle = bundle or self.models.first
+        first = bundle is self.models.first
+        target = bundle.baseline.target
+        choice = choice or Choice(bundle.name)
+        return Served(choice.model, bundle.tokenizer,
+                      self.mode if first else resolve_prompt_mode(bundle.tokenizer, "auto"),
+                      bundle.trees or self.trees, tuple(self.compare if first else bundle.compare),
+                      target.max_positions if target is not None else None, self.system, choice.head or "")
 
-    def _prepare(self, settings: RunSettings) -> tuple[RunRecord, DecodeConfig]:
-        prompt = settings.prompt
-        if not isinstance(prompt, str):
-            raise user_error(f"The prompt must be text, got {type(prompt).__name__}.", "Invalid prompt")
-        if len(prompt) > self.limits.prompt_chars:  # before strip() or the tokenizer touch a huge prompt
-            raise user_error(f"The prompt is {len(prompt)} characters; at most {self.limits.prompt_chars} are "
-                             "accepted.", "Prompt too long")
-        st = settings
-        convo = None
-        if st.messages is not None:  # a conversation turn: the history, then this prompt as the new user turn
-            msgs = st.messages
-            if isinstance(msgs, (list, tuple)) and prompt.strip():
-                msgs = [*msgs, {"role": "user", "content": prompt}]
-            try:
-                convo = check_messages(msgs)
-            except ValueError as e:
-                raise user_error(f"Invalid conversation: {e}", "Invalid messages") from None
-            if self.mode != "chat":
-                raise user_error("A conversation needs a chat model; this one takes raw text (no chat template).",
-                                 "Invalid messages")
-            chars = sum(len(m["content"]) for m in convo)
-            if chars > self.limits.prompt_chars:
-                raise user_error(f"The conversation is {chars} characters; at most {self.limits.prompt_chars} are "
-                                 "accepted. Reset it to start again.", "Conversation too long")
-            prompt = convo[-1]["content"]
-        if not prompt.strip():
-            raise user_error("Enter a prompt first.", "Empty prompt")
+    def prepare(self, settings: RunSettings, endpoint: str = "run", bundle: Bundle | None = None,
+                choice: Choice | None = None) -> tuple[RunRecord, DecodeConfig]:
+        """Validate one request's settings -> (fresh RunRecord, DecodeConfig) through app/inputs.py `prepare`, the
+        one input check of the UI's event and `/run`; a refusal becomes a gr.Error with its one-line message (and
+        one log line)."""
+        served = self.served(bundle, choice)
         try:
-            tree = self.tree_settings(st.temperature, *(getattr(st, f) for f in RunSettings.TREE_FIELDS))
-            cfg = make_config(st.max_new_tokens, st.temperature, st.top_p, st.seed, *tree, cap=self.cap,
-                              limits=self.limits)
-            compare = compare_choice(st.compare, tuple(self.compare))
-            stops = check_stops(st.stop.split("\n") if isinstance(st.stop, str) else st.stop)
-        except ValueError as e:
-            raise user_error(str(e), "Invalid setting") from None
+            return prepare(settings, served, self.limits)
+        except RequestError as e:
+            log_rejected(endpoint, served.name, str(e))
+            raise user_error(str(e), e.title) from None
+
+    def session_bundle(self, choice: object, endpoint: str) -> tuple[Bundle, Choice, str]:
+        """(bundle, choice, status) a session's request runs on: its choice (None: the start-up model) from the
+        shared bundles, loaded again when it was dropped (status says so; "" when it was in memory). A model that
+        cannot be loaded is a gr.Error for this request: never another model in its place."""
+        choice = choice if isinstance(choice, Choice) else Choice(self.model)
         try:
-            ids = self.encode(prompt) if convo is None else encode_messages(self.tok, with_system(convo, self.system))
-        except PromptError as e:  # e.g. "prompt encodes to no tokens"
-            raise user_error(f"The {e}.", "Empty prompt") from None
-        except Exception as e:  # noqa: BLE001 - a tokenizer that refuses odd text (e.g. lone surrogates)
-            raise user_error(f"The prompt cannot be tokenized: {type(e).__name__}", "Invalid prompt") from None
-        if not ids:
-            raise user_error("The prompt encodes to no tokens.", "Empty prompt")
-        max_pos = self.baseline.target.max_positions if self.baseline.target is not None else None
-        limit = prompt_limit(max_pos, cfg, self.prompt_cap)  # the one fit rule (core/prompt.py)
-        if len(ids) > limit:
-            raise user_error(f"The prompt is {len(ids)} tokens; at most {max(limit, 0)} fit with these settings.",
-                             "Prompt too long")
-        record = RunRecord(prompt=prompt, prompt_ids=ids, greedy=cfg.sampling.greedy, tree_depth=cfg.tree.depth,
-                           model=self.model, compare_kind=compare, messages=convo,
-                           settings=run_settings(prompt, cfg, compare), stops=stops)
-        return record, cfg
+            bundle, status = self.models.get(choice)
+        except Exception as e:  # noqa: BLE001 - a loader's failure (missing weights, a head gone) is this request's
+            msg = f"{choice.name} could not be loaded: {type(e).__name__}: {e}"
+            log_rejected(endpoint, choice.name, msg)
+            raise user_error(msg, "Model not loaded") from None
+        return bundle, choice, status
 
-    def tree_settings(self, temperature, total_tokens=None, depth=None, top_k=None, lookup=None,
-                      stop_below=None) -> tuple:
-        """Tree settings a request left out (None) filled from the tree planned for its temperature's regime."""
-        planned = self.limits.clamp(self.trees.for_temperature(as_float("temperature", temperature)))
-        given = (total_tokens, depth, top_k, lookup, stop_below)
-        return tuple(getattr(planned, f) if v is None else v for f, v in zip(RunSettings.TREE_FIELDS, given))
+    def named(self, model: object) -> Choice:
+        """`/run`'s `model=`: one of the offered presets (None: the start-up model), else a gr.Error listing them."""
+        if model is None or model == "":
+            return Choice(self.model)
+        if not isinstance(model, str) or model not in self.offered:
+            msg = f"model must be one of {', '.join(self.offered)}; got {short(model)}"
+            log_rejected("run", self.model, msg)
+            raise user_error(msg, "Model not offered")
+        return Choice(model)
 
-    def planned_tree(self, temperature, touched: bool):
-        """UI: the temperature moved; the tree sliders follow the plan for its regime until the user moves them."""
+    def bundle_of(self, record: RunRecord) -> Bundle:
+        """The bundle a record ran on, while it is in memory (labels and text of a stopped or reopened run); else
+        loaded again."""
+        return self.models.peek(record.choice) or self.models.get(record.choice)[0]
+
+    def label_for(self, record: RunRecord) -> Callable[[int], str]:
+        """Tree labels in the tokenizer of the model a record ran on (the start-up model's are cached)."""
+        bundle = self.models.peek(record.choice) if record is not None else None
+        if bundle is None or bundle is self.models.first:
+            return self.label
+        tok = bundle.tokenizer
+        return lambda t: token_label(tok.decode([t], skip_special_tokens=False))
+
+    def planned_tree(self, temperature, touched: bool, choice: Choice | None = None):
+        """UI: the temperature moved; the tree sliders follow the plan for its regime (the session's model's) until
+        the user moves them."""
         try:
             t = as_float("temperature", temperature)
         except ValueError:
             t = None
         if touched or t is None:
             return [gr.skip()] * len(RunSettings.TREE_FIELDS)
-        tree = self.limits.clamp(self.trees.for_temperature(t))
+        bundle = self.models.peek(choice if isinstance(choice, Choice) else None)
+        plan = bundle.trees if bundle is not None and bundle.trees is not None else self.trees
+        tree = self.limits.clamp(plan.for_temperature(t))
         return [tree.total_tokens, tree.depth, tree.top_k, tree.lookup, tree.stop_below]
 
     @contextmanager
@@ -317,52 +339,61 @@ class Playground:
 
     def stream(self, prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k,
                lookup=DEFAULT_TREE.lookup, compare="none", stop_below=DEFAULT_TREE.stop_below, messages=None,
-               stop="", request: gr.Request = None):
-        """Run button (the UI's inputs in RunSettings order): stream the lanes as a race. Text refreshes at most
-        every text_every s, the draft trees every plot_every s and the charts every charts_every s (plotly
-        re-renders are what costs the browser most). `messages`: the conversation so far in chat mode (app/chat.py),
-        None for a single prompt; `stop`: stop strings, one per line."""
+               stop="", choice: Choice | None = None, request: gr.Request = None):
+        """Run button (the UI's inputs in RunSettings order, then the session's model choice): stream the lanes as
+        a race. Text refreshes at most every text_every s, the draft trees every plot_every s and the charts every
+        charts_every s (plotly re-renders are what costs the browser most). `messages`: the conversation so far in
+        chat mode (app/chat.py), None for a single prompt; `stop`: stop strings, one per line; `choice`: the
+        session's model and head (app/state.py Choice; None: the start-up model)."""
         self.check_queue_wait(request, "stream")
+        bundle, choice, status = self.session_bundle(choice, "stream")
+        if status:
+            gr.Info(f"{choice.name}: {status}")
         settings = RunSettings(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
                                compare, stop_below, messages, stop)
-        record, cfg = self.prepare(settings, endpoint="stream")
+        record, cfg = self.prepare(settings, "stream", bundle, choice)
         gone = self.client_gone(request, "stream")
-        det = {s: Detokenizer(self.tok, record.prompt_ids) for s in record.lanes}
-        steps = self._steps(record, cfg, gone)  # binds the served decoders now, with the tokenizer that encoded it
-        yield self._view(record, det, running=True, tree=True, charts=True)
-        last = dict.fromkeys(("text", "tree", "charts"), time.monotonic())
-        every = {"text": self.text_every, "tree": self.plot_every, "charts": self.charts_every}
+        det = {s: Detokenizer(bundle.tokenizer, record.prompt_ids) for s in record.lanes}
+        steps = self._steps(record, cfg, gone, bundle)  # binds the session's decoders now
+        yield self._view(record, det, bundle, running=True, tree=True, charts=True)
         with self.guarded("stream", record):
-            try:
-                for side, ev in steps:
-                    getattr(record, side).append(ev)
-                    det[side].add(ev.new_token_ids)
-                    now = time.monotonic()
-                    due = {k: now - last[k] >= every[k] for k in last}
-                    if any(due.values()):
-                        last.update({k: now for k, d in due.items() if d})
-                        yield self._view(record, det, running=True, tree=due["tree"], charts=due["charts"])
-            finally:
-                steps.close()  # cancel / tab closed: both decoders' finally blocks free their caches now
+            yield from self._streamed(record, det, steps, bundle)
         for d in det.values():
             d.flush()
         if record.note:
             gr.Warning(record.note)
-        yield self._view(record, det, running=False, tree=True, charts=True, final=True)
+        yield self._view(record, det, bundle, running=False, tree=True, charts=True, final=True)
+
+    def _streamed(self, record: RunRecord, det: dict[str, Detokenizer], steps: Iterator[tuple[str, StepEvent]],
+                  bundle: Bundle) -> Iterator[tuple]:
+        """The race's steps into the record, with a view whenever text, trees or charts are due."""
+        last = dict.fromkeys(("text", "tree", "charts"), time.monotonic())
+        every = {"text": self.text_every, "tree": self.plot_every, "charts": self.charts_every}
+        try:
+            for side, ev in steps:
+                record.add(side, ev)
+                det[side].add(ev.new_token_ids)
+                now = time.monotonic()
+                due = {k: now - last[k] >= every[k] for k in last}
+                if any(due.values()):
+                    last.update({k: now for k, d in due.items() if d})
+                    yield self._view(record, det, bundle, running=True, tree=due["tree"], charts=due["charts"])
+        finally:
+            steps.close()  # cancel / tab closed: both decoders' finally blocks free their caches now
 
     def finish(self, record: RunRecord | None):
         """Stop button: ask the running request to stop after its current step, and show what it produced.
         (After a run the state holds only its compact record, with no events: then there is nothing to stop.)"""
-        if not record or not (record.baseline or record.eagle or record.compare):
+        if not record or not record.live:
             return ordered({})
         record.stop = True
-        for lane in record.lanes:  # snapshot
-            setattr(record, lane, list(getattr(record, lane)))
-        det = {s: Detokenizer(self.tok, record.prompt_ids) for s in record.lanes}
+        record.events = {lane: list(steps) for lane, steps in record.events.items()}  # snapshot
+        bundle = self.bundle_of(record)
+        det = {s: Detokenizer(bundle.tokenizer, record.prompt_ids) for s in record.lanes}
         for s in record.lanes:
             det[s].add(record.ids(s))
             det[s].flush()
-        return self._view(record, det, running=False, tree=True, charts=True, final=True)
+        return self._view(record, det, bundle, running=False, tree=True, charts=True, final=True)
 
     def show_step(self, record: RunRecord | None, step):
         """Step slider: the draft trees of verify step `step` (1-based) of the last request, EAGLE-2's and, in the
@@ -377,12 +408,13 @@ class Playground:
         i = min(max(int(step or 1), 1), n)
         ev = record.tree_step(i - 1, lane)
         where = f"{self._lane_name(record, lane)} step" if record.compare_kind != "none" else "Step"
-        return tree_figure(ev, self.label, title=f"{where} {i} of {n}: {len(ev.tree) - 1} drafted, "
+        return tree_figure(ev, self.label_for(record), title=f"{where} {i} of {n}: {len(ev.tree) - 1} drafted, "
                                                  f"{ev.accepted_drafts} accepted + 1 target token")
 
     @staticmethod
     def _lane_name(record: RunRecord, lane: str) -> str:
-        return "EAGLE-2" if lane == "eagle" else LANE_TITLES.get(record.compare_kind, record.compare_kind)
+        """A lane slot's title in this request (app/lanes.py)."""
+        return next(row.title for row in record.rows if row.slot == lane)
 
     @staticmethod
     def _tree_title(steps: list[StepEvent], running: bool, name: str = "") -> str:
@@ -402,47 +434,54 @@ class Playground:
             self._labels[token_id] = token_label(self.tok.decode([token_id], skip_special_tokens=False))
         return self._labels[token_id]
 
-    def _view(self, record: RunRecord, det: dict[str, Detokenizer], running: bool, tree: bool, charts: bool,
-              final: bool = False) -> tuple:
+    def _view(self, record: RunRecord, det: dict[str, Detokenizer], bundle: Bundle, running: bool, tree: bool,
+              charts: bool, final: bool = False) -> tuple:
         """All outputs for the current record, keyed by component id, returned in OUTPUTS order."""
-        lanes = record.lanes
-        stats = {s: summarize(getattr(record, s)) for s in lanes}
-        done = {s: record.finished(s) for s in lanes}
-        meta = {s: panel_meta(stats[s], running and not done[s], done[s]) for s in lanes}
+        stats = lane_stats(record)
+        done = {s: record.finished(s) for s in record.lanes}
+        meta = {s: panel_meta(stats[s], running and not done[s], done[s]) for s in record.lanes}
         view = {"baseline-output": baseline_html(record.prompt, det["baseline"].text, meta["baseline"])}
-        for lane in lanes[1:]:  # the drafting lanes: every token coloured by its draft depth
-            events = getattr(record, lane)
-            view[f"{lane}-output"] = eagle_html(record.prompt, det[lane].pieces, det[lane].ids, token_depths(events),
-                                                token_steps(events), meta[lane], legend_depth=record.tree_depth,
-                                                lookup=token_lookup(events))
+        for row in record.rows[1:]:  # the drafting lanes: every token coloured by its draft depth
+            events = record.steps(row.slot)
+            view[f"{row.slot}-output"] = eagle_html(
+                record.prompt, det[row.slot].pieces, det[row.slot].ids, token_depths(events), token_steps(events),
+                meta[row.slot], legend_depth=record.tree_depth, lookup=token_lookup(events))
+        dtype = self.dtype_of(bundle)
         badge = identical_badge(record.ids("baseline"), record.ids("eagle"), record.greedy,
-                                complete=done["baseline"] and done["eagle"], divergence=self._divergence(record),
-                                dtype=short_name(self.dtype))
-        three = "compare" in lanes
-        label = LANE_TITLES.get(record.compare_kind, "")
+                                complete=done["baseline"] and done["eagle"],
+                                divergence=self._divergence(record, dtype), dtype=short_name(dtype))
+        label = lane_title(record.compare_kind)
         view["stats"] = stats_html(stats["baseline"], stats["eagle"], badge, stats.get("compare"), label)
         if charts:
             view["stats-charts"] = stats_figure(stats["baseline"], stats["eagle"], stats.get("compare"), label)
         if tree:
-            for lane in lanes[1:]:  # one tree per drafting lane
-                key = "compare-tree" if lane == "compare" else "draft-tree"
-                steps = record.lane_tree_steps(lane)
-                name = self._lane_name(record, lane) if three else ""
-                view[key] = tree_figure(steps[-1] if steps else None, self.label,
-                                        title=self._tree_title(steps, running, name))
+            view |= self._trees(record, running)
         if final:
-            view["step-slider"] = step_slider(max(record.lane_tree_count(lane) for lane in lanes[1:]))
-        elif running and not any(getattr(record, lane) for lane in lanes):
+            view["step-slider"] = step_slider(max(record.lane_tree_count(row.slot) for row in record.rows[1:]))
+        elif running and not record.live:
             view["step-slider"] = step_slider(0)
         if final:  # the run's full record and views for the history, the "why" panel and the downloads
-            record.finished_run = finished_run(record, det, stats, view, getattr(self, "verify_ms", None))
+            texts = {s: d.text for s, d in det.items()}
+            record.finished_run = finished_run(record, texts, view, dtype, self.verify_ms)
         # while running, the state holds the live record (Stop flips its flag); afterwards only its compact form
         view["state"] = record.compact() if final else record
         return ordered(view)
 
-    def _divergence(self, record: RunRecord) -> Divergence | None:
+    def _trees(self, record: RunRecord, running: bool) -> dict:
+        """One draft-tree figure per drafting lane, keyed by component id."""
+        three = record.compare_kind != "none"
+        view = {}
+        for row in record.rows[1:]:
+            steps = record.lane_tree_steps(row.slot)
+            key = "compare-tree" if row.slot == "compare" else "draft-tree"
+            view[key] = tree_figure(steps[-1] if steps else None, self.label_for(record),
+                                    title=self._tree_title(steps, running, row.title if three else ""))
+        return view
+
+    @staticmethod
+    def _divergence(record: RunRecord, dtype):
         """Where greedy outputs part ways and whether a near tie explains it, from the recorded margins."""
-        return divergence_of(record.baseline, record.eagle, self.dtype) if record.greedy else None
+        return divergence_of(record.steps("baseline"), record.steps("eagle"), dtype) if record.greedy else None
 
     # ---------------------------------------------------------------------------------- API
 
@@ -450,7 +489,7 @@ class Playground:
             seed: int = 0, total_tokens: int | None = None, depth: int | None = None,
             top_k: int | None = None, lookup: int | None = None, compare: str = "none",
             stop_below: float | None = None, messages: list | None = None, stop: list[str] | None = None,
-            request: gr.Request = None) -> dict:
+            model: str | None = None, request: gr.Request = None) -> dict:
         """Generate `prompt` with plain decoding and EAGLE-2 (and, with `compare` "medusa" or "lookup", a
         token-level drafter as a third lane); return the texts, whether the token ids are identical, each method's
         statistics and the speedup (EAGLE-2 tokens/s over baseline tokens/s). Tree settings left out take the tree
@@ -465,49 +504,33 @@ class Playground:
         message must be one), all of it goes through the chat template, and the result's `messages` is the history
         with the target's own answer (the baseline lane's text) appended: send it back with the next prompt.
         `stop`: stop strings; each lane ends once its text contains one. Each lane's statistics carry vLLM's metric
-        names beside this project's (core/engine/metrics_names.py)."""
+        names beside this project's (core/engine/metrics_names.py). `model`: one of the offered presets (left out:
+        the server's default model); `model` in the result names what ran, `model_status` says when it had to be
+        loaded. `why`: per drafting lane the "why this speedup" numbers (plain step, draft and verify ms at the tree
+        it ran, predicted beside measured speedup, and `what_if`: the smaller trees priced on this machine)."""
         self.check_queue_wait(request, "run")
+        bundle, choice, status = self.session_bundle(self.named(model), "run")
         settings = RunSettings(prompt, max_new_tokens, temperature, top_p, seed, total_tokens, depth, top_k, lookup,
                                compare, stop_below, messages, stop)
-        record, cfg = self.prepare(settings, endpoint="run")
+        record, cfg = self.prepare(settings, "run", bundle, choice)
         with self.guarded("run", record):
-            steps = self._steps(record, cfg, self.client_gone(request, "run"))
+            steps = self._steps(record, cfg, self.client_gone(request, "run"), bundle)
             try:
                 for side, ev in steps:
-                    getattr(record, side).append(ev)
+                    record.add(side, ev)
             finally:
                 steps.close()
-        stats = {s: summarize(getattr(record, s)) for s in record.lanes}
-        b, e = stats["baseline"].tokens_per_s, stats["eagle"].tokens_per_s
-        div = self._divergence(record)
-        out = {
-            "lanes": list(record.methods),
-            "baseline_text": self.tok.decode(record.ids("baseline"), skip_special_tokens=True),
-            "eagle_text": self.tok.decode(record.ids("eagle"), skip_special_tokens=True),
-            "identical": record.ids("baseline") == record.ids("eagle"),
-            # first differing token, both runs' top-2 margins there, near_tie (core/engine/exactness.py); None if none
-            "divergence": div.as_dict() | {"dtype": short_name(self.dtype)} if div else None,
-            "greedy": record.greedy,
-            "baseline_token_ids": record.ids("baseline"),
-            "eagle_token_ids": record.ids("eagle"),
-            "baseline": with_serving_names(stats["baseline"].as_dict()),
-            "eagle": with_serving_names(stats["eagle"].as_dict()),
-            "speedup": e / b if b else 0.0,
-            "tree": dataclasses.asdict(cfg.tree),
-            "note": record.note,
-            # the dtype and kernel routes this ran with, pinned or timed (core/models/choices.py); None for a fake target
-            "choices": choices.describe(self.baseline.target, getattr(self.eagle, "drafter", None))
-            if self.baseline.target is not None else None,
-        }
+        return self._answer(record, bundle) | {"model_status": status}
+
+    def _answer(self, record: RunRecord, bundle: Bundle) -> dict:
+        """`/run`'s result for a finished record: app/result.py's one record of a run under /run's keys, plus the
+        kernel routes it ran with and, for a conversation turn, the history with this turn's answer."""
+        texts = {s: bundle.tokenizer.decode(record.ids(s), skip_special_tokens=True) for s in record.lanes}
+        out = api_result(run_result(record, texts, self.dtype_of(bundle), self.verify_ms), record.compare_kind)
+        # the dtype and kernel routes this ran with, pinned or timed (core/models/choices.py); None for a fake target
+        target = bundle.baseline.target
+        drafter = getattr(bundle.eagle, "drafter", None)
+        out["choices"] = choices.describe(target, drafter) if target is not None else None
         if record.messages is not None:
             out["messages"] = answered(record.messages, out["baseline_text"])
-        if "compare" in stats:
-            c = stats["compare"].tokens_per_s
-            out |= {"compare_method": record.compare_kind,
-                    "compare_text": self.tok.decode(record.ids("compare"), skip_special_tokens=True),
-                    "compare_token_ids": record.ids("compare"),
-                    "compare_identical": record.ids("baseline") == record.ids("compare"),
-                    "compare": with_serving_names(stats["compare"].as_dict()),
-                    "compare_speedup": c / b if b else 0.0,
-                    "eagle_vs_compare": e / c if c else 0.0}
         return out

@@ -1,11 +1,12 @@
 """Run history: this browser session's finished runs, each kept with its full record and its views.
 
 When a run ends (done or stopped) the handler attaches `finished_run()` to its record: `summary`, the run's record
-as plain JSON (prompt, model, settings, per lane the text, token ids and statistics, and the "why this speedup"
-arithmetic), and `views`, the HTML the panels showed; the verified draft trees stay packed in the compact record
-(app/state.py) and are spelled out only in the downloaded file. The UI appends it to a
-gr.State list (per session, at most HISTORY_MAX runs), lists the runs in a table, reopens any one (its views, its
-compact record for the step slider), and writes the downloads: one run's record as JSON, the history as CSV.
+as plain JSON (app/result.py `run_result`, the shape `/run` answers from: prompt, model and head, settings, per lane
+the text, token ids and statistics, and the "why this speedup" arithmetic), and `views`, the HTML the panels showed;
+the verified draft trees stay packed in the compact record (app/state.py) and are spelled out only in the downloaded
+file. The UI appends it to a gr.State list (per session, at most HISTORY_MAX runs), lists the runs in a table,
+reopens any one (its views, its compact record for the step slider), and writes the downloads: one run's record
+as JSON, the history as CSV.
 No tensors, no models: records and strings only.
 """
 from __future__ import annotations
@@ -18,15 +19,14 @@ import time
 import uuid
 import zlib
 from pathlib import Path
-from types import MappingProxyType
 
+from app.result import run_result
 from app.state import SOURCES
-from app.why import Why, explain, why_html
+from app.why import why_html, why_of
 
 HISTORY_MAX = 20  # runs kept per session; the oldest goes first
 COLUMNS = ("#", "prompt", "model", "tree", "speedup", "τ")
 VIEW_KEYS = ("baseline-output", "compare-output", "eagle-output", "stats")
-LANE_NAMES = MappingProxyType({"eagle": "EAGLE-2", "medusa": "Medusa", "lookup": "Prompt lookup"})
 DOWNLOADS = Path(tempfile.gettempdir()) / "eagle-playground-downloads"
 
 
@@ -37,6 +37,12 @@ def run_settings(prompt: str, cfg, compare: str) -> dict:
     return {"prompt": prompt, "max_new_tokens": cfg.max_new_tokens, "temperature": s.temperature, "top_p": s.top_p,
             "seed": s.seed, "total_tokens": t.total_tokens, "depth": t.depth, "top_k": t.top_k, "lookup": t.lookup,
             "stop_below": t.stop_below, "compare": compare}
+
+
+def model_text(summary: dict) -> str:
+    """'gemma-3-270m', or 'gemma-3-270m + my-head' for a run with a head the visitor bound."""
+    head = summary.get("head")
+    return f"{summary['model']} + {head}" if head else summary["model"]
 
 
 def tree_text(settings: dict) -> str:
@@ -55,34 +61,13 @@ def _trees(packed) -> list[dict]:
              "accepted_path": list(t.accepted_path), "new_token_ids": list(t.new_token_ids)} for t in packed]
 
 
-def whys_of(record, stats: dict, profile: dict[int, float] | None) -> list[Why]:
-    """The arithmetic of every drafting lane of a run (EAGLE-2 first, then the token-level lane)."""
-    out = []
-    for lane in ("eagle", "compare"):
-        if lane in stats:
-            name = LANE_NAMES["eagle" if lane == "eagle" else record.compare_kind]
-            w = explain(name, stats["baseline"], stats[lane], getattr(record, lane), profile)
-            if w is not None:
-                out.append(w)
-    return out
-
-
-def finished_run(record, det: dict, stats: dict, view: dict, profile: dict[int, float] | None = None) -> dict:
+def finished_run(record, texts: dict[str, str], view: dict, dtype, profile: dict[int, float] | None = None) -> dict:
     """The full record and the views of a run that has just ended (record: the live RunRecord with its events;
-    det: the lanes' Detokenizers; stats: RunStats by lane; view: the final views by component id)."""
-    whys = whys_of(record, stats, profile)
-    b, e = stats["baseline"].tokens_per_s, stats["eagle"].tokens_per_s
-    lanes = {}
-    for lane, method in zip(record.lanes, record.methods):
-        lanes[method] = {"text": det[lane].text, "token_ids": record.ids(lane), "stats": stats[lane].as_dict()}
-    summary = {"id": uuid.uuid4().hex[:12], "time": time.strftime("%Y-%m-%d %H:%M:%S"), "model": record.model,
-               "prompt": record.prompt, "settings": dict(record.settings), "greedy": record.greedy,
-               "identical": record.ids("baseline") == record.ids("eagle"), "note": record.note,
-               "stopped": not all(record.finished(lane) for lane in record.lanes),
-               "speedup": e / b if b else 0.0, "tau": stats["eagle"].tau, "lanes": lanes,
-               "why": [w.as_dict() for w in whys]}
+    texts: each lane's text by slot; view: the final views by component id; dtype and profile: see run_result)."""
+    summary = {"id": uuid.uuid4().hex[:12], "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+    summary |= run_result(record, texts, dtype, profile)
     views = {k: view[k] for k in VIEW_KEYS if k in view and isinstance(view[k], str)}
-    views["why"] = why_html(whys)
+    views["why"] = why_html([why_of(w) for w in summary["why"]])
     # compressed: the session state keeps every run's views, and token-coloured HTML packs about 8x
     return {"summary": summary, "views": {k: zlib.compress(v.encode("utf-8")) for k, v in views.items()}}
 
@@ -108,7 +93,7 @@ def rows(history: list | None) -> list[list]:
     for i, r in enumerate(history or [], 1):
         s = r.finished_run["summary"]
         prompt = s["prompt"] if len(s["prompt"]) <= 60 else s["prompt"][:57] + "…"
-        out.append([i, prompt, s["model"], tree_text(s["settings"]), round(s["speedup"], 2), round(s["tau"], 2)])
+        out.append([i, prompt, model_text(s), tree_text(s["settings"]), round(s["speedup"], 2), round(s["tau"], 2)])
     return out
 
 
@@ -128,7 +113,7 @@ def csv_text(history: list | None) -> str:
         s = r.finished_run["summary"]
         st, lanes = s["settings"], s["lanes"]
         why = s["why"][0]["predicted_speedup"] if s["why"] else ""
-        w.writerow([i, s["time"], s["prompt"], s["model"], tree_text(st), st.get("max_new_tokens"),
+        w.writerow([i, s["time"], s["prompt"], model_text(s), tree_text(st), st.get("max_new_tokens"),
                     st.get("temperature"), st.get("top_p"), st.get("seed"), st.get("compare"),
                     f"{s['speedup']:.4f}", f"{s['tau']:.4f}", f"{lanes['baseline']['stats']['tokens_per_s']:.3f}",
                     f"{lanes['eagle2']['stats']['tokens_per_s']:.3f}", lanes["eagle2"]["stats"]["new_tokens"],
@@ -151,9 +136,9 @@ def record_file(record) -> str | None:
         return None
     s = dict(done["summary"])  # the state keeps the trees packed once; the file spells them out
     s["lanes"] = {m: dict(v) for m, v in s["lanes"].items()}
-    s["lanes"]["eagle2"]["trees"] = _trees(record.trees)
-    if record.compare_kind in s["lanes"]:
-        s["lanes"][record.compare_kind]["trees"] = _trees(record.compare_trees)
+    for row in record.rows:
+        if row.drafts:
+            s["lanes"][row.method]["trees"] = _trees(record.packed.get(row.slot, []))
     return _write(f"eagle-run-{s['id']}.json", json.dumps(s, indent=1, ensure_ascii=False) + "\n")
 
 

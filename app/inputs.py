@@ -1,16 +1,19 @@
 """The input boundary of the playground: request limits, the one settings record, and value coercion.
 
 Everything a request asks for arrives here, from the UI's event (preprocess=False: raw values) and from `/run`
-(gr.api: unchecked JSON values) alike, and leaves as a `RunSettings` record and a core `DecodeConfig`, or as a
-user-readable one-line error.
+(gr.api: unchecked JSON values) alike, and `prepare()` turns it into a fresh RunRecord and a core `DecodeConfig`, or
+raises a `RequestError` (a ValueError with a one-line message and a title) that the handlers show as a gr.Error.
+Pure: no gradio, no tensors.
 """
-import html
 from dataclasses import dataclass
 from types import MappingProxyType
 
-import gradio as gr
-
+from app.state import RunRecord
+from core.conversation import check_messages, with_system
+from core.engine.autotree import TreePlan
 from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
+from core.engine.stops import check_stops
+from core.prompt import PromptError, encode_messages, encode_prompt, prompt_limit
 
 MAX_NEW_TOKENS = 1024  # UI / API cap (core accepts more; this keeps a public demo responsive)
 MAX_PROMPT_TOKENS = 4096
@@ -71,10 +74,12 @@ class Limits:
                           min(tree.stop_below, self.stop_below))
 
 
-def user_error(message: str, title: str) -> gr.Error:
-    """An expected, user-caused error: shown to that user (as text: Gradio renders messages as HTML) and logged as
-    one line by the handler, without the traceback Gradio prints for faults."""
-    return gr.Error(html.escape(message, quote=False), title=title, print_exception=False)
+class RequestError(ValueError):
+    """A request the app refuses: a one-line message for the user and the title its notice shows."""
+
+    def __init__(self, message: str, title: str = "Invalid setting"):
+        super().__init__(message)
+        self.title = title
 
 
 def short(value: object, n: int = 40) -> str:
@@ -144,3 +149,112 @@ def compare_choice(value: object, available: tuple[str, ...]) -> str:
     if value != "none" and value not in available:
         raise ValueError(f"compare {value!r} is not available here (loaded: {', '.join(available) or 'none'})")
     return value
+
+
+@dataclass(frozen=True)
+class Served:
+    """What a request is checked against: the model it will run on (its name, tokenizer and prompt mode, its
+    context, the token-level lanes it has loaded, its planned trees, the visitor's head bound to it), and the system
+    prompt of chat mode."""
+
+    name: str
+    tokenizer: object
+    mode: str  # 'chat' (one user turn of the chat template) or 'raw' (core/prompt.py prompt_mode)
+    trees: TreePlan
+    compare: tuple[str, ...] = ()
+    max_positions: int | None = None
+    system: str | None = None
+    head: str = ""  # the head folder a visitor bound to the model, "" for its own
+
+
+def run_settings(prompt: str, cfg: DecodeConfig, compare: str) -> dict:
+    """A request's resolved settings (the tree the run used, filled in from the plan), as links and records keep
+    them: the keys are RunSettings' field names."""
+    t, s = cfg.tree, cfg.sampling
+    return {"prompt": prompt, "max_new_tokens": cfg.max_new_tokens, "temperature": s.temperature, "top_p": s.top_p,
+            "seed": s.seed, "total_tokens": t.total_tokens, "depth": t.depth, "top_k": t.top_k, "lookup": t.lookup,
+            "stop_below": t.stop_below, "compare": compare}
+
+
+def tree_settings(planned: TreeConfig, given: tuple) -> tuple:
+    """Tree settings a request left out (None, in RunSettings.TREE_FIELDS order) filled from `planned`."""
+    return tuple(getattr(planned, f) if v is None else v for f, v in zip(RunSettings.TREE_FIELDS, given))
+
+
+def conversation(settings: RunSettings, served: Served, limits: Limits) -> list[dict] | None:
+    """A conversation turn's checked history, the prompt appended as the new user turn; None for a single prompt."""
+    msgs = settings.messages
+    if msgs is None:
+        return None
+    if isinstance(msgs, (list, tuple)) and settings.prompt.strip():
+        msgs = [*msgs, {"role": "user", "content": settings.prompt}]
+    try:
+        convo = check_messages(msgs)
+    except ValueError as e:
+        raise RequestError(f"Invalid conversation: {e}", "Invalid messages") from None
+    if served.mode != "chat":
+        raise RequestError("A conversation needs a chat model; this one takes raw text (no chat template).",
+                           "Invalid messages")
+    chars = sum(len(m["content"]) for m in convo)
+    if chars > limits.prompt_chars:
+        raise RequestError(f"The conversation is {chars} characters; at most {limits.prompt_chars} are accepted. "
+                           "Reset it to start again.", "Conversation too long")
+    return convo
+
+
+def checked_prompt(settings: RunSettings, limits: Limits) -> str:
+    """The prompt text, refused when it is not text or longer than limits.prompt_chars (checked before strip() or
+    the tokenizer touch a huge prompt)."""
+    prompt = settings.prompt
+    if not isinstance(prompt, str):
+        raise RequestError(f"The prompt must be text, got {type(prompt).__name__}.", "Invalid prompt")
+    if len(prompt) > limits.prompt_chars:
+        raise RequestError(f"The prompt is {len(prompt)} characters; at most {limits.prompt_chars} are accepted.",
+                           "Prompt too long")
+    return prompt
+
+
+def decode_config(settings: RunSettings, served: Served, limits: Limits) -> tuple[DecodeConfig, str, tuple]:
+    """(DecodeConfig, third lane, stop strings) of a request, tree fields left out filled from the plan."""
+    st = settings
+    try:
+        planned = limits.clamp(served.trees.for_temperature(as_float("temperature", st.temperature)))
+        tree = tree_settings(planned, tuple(getattr(st, f) for f in RunSettings.TREE_FIELDS))
+        cfg = make_config(st.max_new_tokens, st.temperature, st.top_p, st.seed, *tree, cap=limits.max_new_tokens,
+                          limits=limits)
+        compare = compare_choice(st.compare, served.compare)
+        stops = check_stops(st.stop.split("\n") if isinstance(st.stop, str) else st.stop)
+    except ValueError as e:
+        raise RequestError(str(e), "Invalid setting") from None
+    return cfg, compare, stops
+
+
+def encoded(prompt: str, convo: list[dict] | None, served: Served) -> list[int]:
+    """The prompt's ids through core/prompt.py (raw or the chat template), or the conversation's."""
+    try:
+        if convo is None:
+            return encode_prompt(served.tokenizer, prompt, served.mode, served.system)
+        return encode_messages(served.tokenizer, with_system(convo, served.system))
+    except PromptError as e:  # e.g. "prompt encodes to no tokens"
+        raise RequestError(f"The {e}.", "Empty prompt") from None
+    except Exception as e:  # noqa: BLE001 - a tokenizer that refuses odd text (e.g. lone surrogates)
+        raise RequestError(f"The prompt cannot be tokenized: {type(e).__name__}", "Invalid prompt") from None
+
+
+def prepare(settings: RunSettings, served: Served, limits: Limits) -> tuple[RunRecord, DecodeConfig]:
+    """One request's settings -> (fresh RunRecord, DecodeConfig), the one input check of the UI's event and `/run`;
+    raises RequestError with a clear one-line message for anything outside `limits` or that `served` cannot run."""
+    prompt = checked_prompt(settings, limits)
+    convo = conversation(settings, served, limits)
+    prompt = convo[-1]["content"] if convo is not None else prompt
+    if not prompt.strip():
+        raise RequestError("Enter a prompt first.", "Empty prompt")
+    cfg, compare, stops = decode_config(settings, served, limits)
+    ids = encoded(prompt, convo, served)
+    limit = prompt_limit(served.max_positions, cfg, limits.prompt_tokens)  # the one fit rule (core/prompt.py)
+    if len(ids) > limit:
+        raise RequestError(f"The prompt is {len(ids)} tokens; at most {max(limit, 0)} fit with these settings.",
+                           "Prompt too long")
+    return RunRecord(prompt=prompt, prompt_ids=ids, greedy=cfg.sampling.greedy, tree_depth=cfg.tree.depth,
+                     model=served.name, head=served.head, compare_kind=compare, messages=convo,
+                     settings=run_settings(prompt, cfg, compare), stops=stops), cfg

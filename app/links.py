@@ -1,10 +1,12 @@
-"""Links that reproduce a run: the prompt, the model and every setting in the page's URL query.
+"""Links that reproduce a run: the prompt, the model, the head and every setting in the page's URL query.
 
 `?prompt=Once+upon&model=gemma-3-270m&max_new_tokens=64&temperature=0&...&compare=lookup` fills the page on load
 (`from_query`, read by a demo.load event from gr.Request.query_params); the "copy link" button builds the same query
 in the browser from the current values (`COPY_JS`, one key per LINK_FIELDS entry, in that order) and copies it to the
 clipboard. A value out of range or of the wrong type is left at the page's default and named in a note, so a
-hand-edited link never breaks the page. Pure parsing here; the wiring is in app/panels.py.
+hand-edited link never breaks the page. The model opens as the visitor's own choice; a `head` (the folder a run's
+head was read from) fills the picker's head box, bound only when the visitor presses "Use this head". Pure parsing
+here; the wiring is in app/panels.py.
 """
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ from typing import Mapping
 
 from app.inputs import Limits
 
-# the URL keys (RunSettings' names, then the model); the copy button's inputs are wired in this order
+# the URL keys (RunSettings' names, then the model and head); the copy button's inputs are wired in this order
 LINK_FIELDS = ("prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k",
-               "lookup", "stop_below", "compare", "model")
+               "lookup", "stop_below", "compare", "model", "head")
+MAX_HEAD_PATH = 1024
 
 
 def _ranges(lim: Limits) -> dict[str, tuple[type, float, float]]:
@@ -34,7 +37,12 @@ def from_query(query: Mapping[str, str], limits: Limits, compare: tuple[str, ...
         if key not in query:
             continue
         raw = str(query[key])
-        if key == "prompt":
+        if key == "head":
+            if len(raw) > MAX_HEAD_PATH:
+                notes.append(f"head path longer than {MAX_HEAD_PATH} characters")
+            else:
+                values[key] = raw
+        elif key == "prompt":
             if len(raw) > limits.prompt_chars:
                 notes.append(f"prompt longer than {limits.prompt_chars} characters")
             else:

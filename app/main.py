@@ -38,6 +38,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--request-seconds", type=float, default=300.0, help="wall-clock budget of one request")
     p.add_argument("--queue-size", type=int, default=32, help="requests waiting at most; more are told 'Queue is full'")
     p.add_argument("--queue-wait", type=float, default=600.0, help="queue deadline (s): longer waits are told 'busy'")
+    p.add_argument("--max-loaded-models", type=int, default=2, help="models in memory at once, shared by every "
+                   "visitor (each visitor picks their own; the least recently used is dropped, reloaded on demand)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
     p.add_argument("--tree", default="auto", help="'auto' (default): measure this machine at start-up and plan one "
                    "tree for greedy and one for sampled requests; 'default': the engine's fixed tree; or T,D,K[,L[,S]] "
@@ -45,8 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompt-mode", default="auto", choices=["auto", "raw", "chat"], help="auto: chat if templated")
     p.add_argument("--system", default=None, help="system prompt for chat mode")
     args = p.parse_args(env_args(p) + (sys.argv[1:] if argv is None else list(argv)))
-    if min(args.max_new_tokens_cap, args.max_prompt_tokens, args.queue_size) < 1:
-        p.error("--max-new-tokens-cap, --max-prompt-tokens and --queue-size must be at least 1")
+    if min(args.max_new_tokens_cap, args.max_prompt_tokens, args.queue_size, args.max_loaded_models) < 1:
+        p.error("--max-new-tokens-cap, --max-prompt-tokens, --queue-size and --max-loaded-models must be at least 1")
     if not (0 < args.request_seconds < float("inf") and 0 < args.queue_wait < float("inf")):
         p.error("--request-seconds and --queue-wait must be positive numbers")
     return args
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     demo = build_demo(tok, baseline, eagle, info=info_line(target, eagle, args.head),
                       max_new_tokens=args.max_new_tokens_cap, max_prompt_tokens=args.max_prompt_tokens, tree=tree,
                       prompt_mode=args.prompt_mode, system=args.system, verify_ms=verify_ms,
-                      compare=compare,
+                      compare=compare, max_loaded_models=args.max_loaded_models,
                       limits=Limits(seconds=args.request_seconds, queue=args.queue_size, queue_wait=args.queue_wait))
     print(f"[eagle-playground] ready at {serve(demo, args.host, args.port, args.share)}", flush=True)
     demo.block_thread()

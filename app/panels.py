@@ -9,7 +9,8 @@ import dataclasses
 import gradio as gr
 
 import app.history as hist
-from app.handlers import LANE_TITLES, step_slider
+from app.handlers import step_slider
+from app.lanes import BASELINE, EAGLE, lane_title
 from app.links import LINK_FIELDS, copy_js, from_query
 from app.plots import stats_figure, tree_figure
 from app.why import why_html
@@ -31,11 +32,11 @@ def reopen_view(record, label) -> dict:
     views, s = hist.views_of(record.finished_run), record.finished_run["summary"]
     stats = {m: stats_from_dict(v["stats"]) for m, v in s["lanes"].items()}
     kind = record.compare_kind
-    compare_label = LANE_TITLES.get(kind, "")
+    compare_label = lane_title(kind)
     out = {k: views[k] for k in ("baseline-output", "eagle-output", "stats") if k in views}
     if "compare-output" in views:
         out["compare-output"] = views["compare-output"]
-    out["stats-charts"] = stats_figure(stats["baseline"], stats["eagle2"], stats.get(kind), compare_label)
+    out["stats-charts"] = stats_figure(stats[BASELINE.method], stats[EAGLE.method], stats.get(kind), compare_label)
     n = record.lane_tree_count("eagle")
     out["draft-tree"] = tree_figure(record.tree_step(n - 1) if n else None, label,
                                     title=f"Step {n} of {n}" if n else "")
@@ -72,7 +73,8 @@ def build_panels() -> dict:
 def wire_panels(pg, panels: dict, by_id: dict, link_targets: dict, done: list, label_for=None) -> None:
     """Wire the panels: `by_id`: the run's output components by id; `link_targets`: the components a link sets, by
     LINK_FIELDS key ("prompt" and "compare" among them); `done`: the events after which a run has ended (Run,
-    Stop); `label_for`: model name -> token labeller for a reopened run's trees (the picker's), else pg.label."""
+    Stop); `label_for`: record -> token labeller for a reopened run's trees (in its model's tokenizer), else
+    pg.label."""
     prompt, race_with = link_targets["prompt"], link_targets["compare"]
     why, table, pick, run_json, all_csv, copy, link = (panels[k] for k in (
         "why", "history-table", "history-pick", "download-run", "download-history", "copy-link", "link"))
@@ -102,7 +104,7 @@ def wire_panels(pg, panels: dict, by_id: dict, link_targets: dict, done: list, l
         if index is None or not 0 <= int(index) < len(history):
             return [gr.skip()] * len(reopen_outs)
         record = history[int(index)]
-        label = label_for(record.model) if label_for is not None else pg.label
+        label = label_for(record) if label_for is not None else pg.label
         view = reopen_view(record, label)
         view["state"] = record
         s = record.finished_run["summary"]

@@ -1,19 +1,20 @@
-"""Model and head picker: switch the served model among the offered presets, or try a head folder of your own.
+"""Model and head picker: each visitor chooses their own model among the offered presets, or a head folder of their
+own; the loaded models are shared by every session and bounded.
 
 Offered presets (`offered`): the offline presets whose packages are installed (core/models/presets.py); hub presets only
 when EAGLE_PRESETS names them, since a hub preset downloads on first use and this app never reaches for the network
-on its own. On a Space, EAGLE_PRESETS=a,b sets the offered set (and its order; the first is the default).
+on its own. On a Space, EAGLE_PRESETS=a,b sets the offered set (and its order).
 
-Switching loads a model once (its bundle is kept; at most `keep` loaded, the least recently used dropped), says how
-long it took, and swaps the served decoders under a lock. Requests in flight keep the decoders they started with
-(their generators hold them) and finish there; the switch never waits for the device queue. The served model is
-the server's, not one visitor's: a switch changes it for every later request (a Space sets EAGLE_PRESETS to what
-its hardware can hold).
+A visitor's choice (app/state.py `Choice`: model and head) lives in that visitor's gr.State; every request of the
+session runs on it and no other session sees it. The bundles behind the choices are shared (`Models`): the start-up
+model always stays, and at most `keep` bundles are in memory in all, the least recently used dropped. A request
+whose bundle was dropped reloads it and says so (never another model in its place); a request in flight keeps the
+decoders it started with (its generator holds them).
 
 A head folder (typed path, or uploaded as a .zip or as the folder's files) is read as `python -m core.interop
 check` reads it (core.drafters.heads.vllm_problems: config, weight names, what a serving engine would refuse; reported,
-not refused), then bound to the served target: a head whose hidden size or vocabulary does not fit the model is
-refused with core's one-line message and the served head stays.
+not refused), then bound to the session's model: a head whose hidden size or vocabulary does not fit the model is
+refused with core's one-line message and the session keeps its head.
 """
 from __future__ import annotations
 
@@ -28,8 +29,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from app.state import Choice
+
 ENV = "EAGLE_PRESETS"
 UPLOADS = Path(tempfile.gettempdir()) / "eagle-playground-heads"
+DROPPED_KEPT = 64  # dropped choices remembered, so a reload can say it is one
 
 
 @dataclass(frozen=True)
@@ -121,96 +125,116 @@ def bind_head(bundle: Bundle, folder: Path) -> Bundle:
                    info=bundle.info.split(" · head:")[0] + f" · head: `{folder.name}` (uploaded or chosen)")
 
 
-class Picker:
-    """The served model of one app: `current`, the offered preset names, loaded bundles, and the swap."""
+class Models:
+    """The loaded bundles every session shares: `first` (the start-up model) always, and others loaded on demand by
+    `loader` (preset name -> Bundle), at most `keep` bundles in memory in all, the least recently used dropped."""
 
-    def __init__(self, pg, current: Bundle, names: list[str], loader: Callable[[str], Bundle] = load_preset,
-                 keep: int = 2):
-        self.pg, self.loader, self.keep = pg, loader, keep
-        self.names = list(dict.fromkeys([*names]))
-        self.current, self.first = current, current.name
-        self.loaded: OrderedDict[str, Bundle] = OrderedDict({current.name: current})
-        self.lock = threading.Lock()  # one load or swap at a time; requests are never made to wait on it
+    def __init__(self, first: Bundle, loader: Callable[[str], Bundle] | None = None, keep: int = 2):
+        if keep < 1:
+            raise ValueError(f"at least one model must stay loaded, got {keep}")
+        self.first, self.loader, self.keep = first, loader, keep
+        self.loaded: OrderedDict[Choice, Bundle] = OrderedDict()
+        self.dropped: OrderedDict[Choice, None] = OrderedDict()  # recently dropped (the "reloaded" wording)
+        self.lock = threading.RLock()  # one load at a time; a bundle in memory is handed out without waiting
+
+    def peek(self, choice: Choice | None) -> Bundle | None:
+        """The bundle of `choice` when it is in memory (the start-up model for None), else None; loads nothing."""
+        if choice is None or choice == Choice(self.first.name):
+            return self.first
+        return self.loaded.get(choice)
+
+    def get(self, choice: Choice | None) -> tuple[Bundle, str]:
+        """(bundle, status) for `choice`: status is "" when it was in memory, else what was loaded and how long it
+        took ("reloaded" when it had been dropped). ValueError when it cannot be loaded here."""
+        bundle = self.peek(choice)
+        if bundle is not None:
+            with self.lock:
+                if choice in self.loaded:
+                    self.loaded.move_to_end(choice)
+            return bundle, ""
+        with self.lock:
+            t0, again = time.perf_counter(), choice in self.dropped
+            bundle = self.peek(choice) or self._load(choice)
+            took = time.perf_counter() - t0
+        what = "reloaded (it had been dropped to keep memory bounded)" if again else "loaded"
+        return bundle, f"{what} in {took:.1f} s"
+
+    def _load(self, choice: Choice) -> Bundle:
+        """Load the bundle of `choice` (the model through the loader, then the head bound to it) and keep it."""
+        base = self.peek(Choice(choice.model))
+        if base is None:
+            if self.loader is None:
+                raise ValueError(f"{choice.model!r} cannot be loaded here (served: {self.first.name})")
+            base = self._keep(Choice(choice.model), self.loader(choice.model))
+        if not choice.head:
+            return base
+        try:
+            bundle = bind_head(base, Path(choice.head))
+        except ValueError as e:
+            raise ValueError(f"this head does not fit {choice.model}: {e}") from None
+        return self._keep(choice, bundle)
+
+    def _keep(self, choice: Choice, bundle: Bundle) -> Bundle:
+        """Remember a loaded bundle, dropping the least recently used beyond `keep` (the start-up model counts)."""
+        self.loaded[choice] = bundle
+        self.loaded.move_to_end(choice)
+        self.dropped.pop(choice, None)
+        while self.loaded and len(self.loaded) + 1 > self.keep:
+            gone, _ = self.loaded.popitem(last=False)
+            self.dropped[gone] = None
+        while len(self.dropped) > DROPPED_KEPT:
+            self.dropped.popitem(last=False)
+        return bundle
+
+    def names(self) -> list[str]:
+        """The bundles in memory, the start-up model first, then least recently used first."""
+        return [self.first.name] + [c.name for c in self.loaded]
+
+
+class Picker:
+    """The model menu of one app: the offered preset names, and a session's choice made from them (or a head
+    folder bound to its model), loaded through the shared `Models`."""
+
+    def __init__(self, models: Models, names: list[str]):
+        self.models = models
+        self.names = list(dict.fromkeys(names))
+        self.first = models.first.name
 
     def choices(self) -> tuple[str, ...]:
         """What the model menu lists: the model served at start, then the offered presets."""
         return tuple(dict.fromkeys([self.first, *self.names]))
 
-    def label_for(self, model: str) -> Callable[[int], str]:
-        """Tree labels in the tokenizer of `model` (a past run's), while it is loaded; else the served one's."""
-        from app.render import token_label
+    def switch(self, name: str) -> tuple[Choice, str]:
+        """The session's new choice (preset `name` with its own head, loaded once) and the message to show;
+        ValueError when it is not offered."""
+        if name not in self.choices():
+            raise ValueError(f"{name!r} is not offered here (offered: {', '.join(self.choices())})")
+        choice = Choice(name)
+        bundle, status = self.models.get(choice)
+        return choice, (f"Serving **{bundle.name}** to this session: {status or 'already loaded'}. Other visitors "
+                        "keep their own model; a run already going finishes on the model it started with.")
 
-        bundle = self.loaded.get(model)
-        if bundle is None or bundle is self.current:
-            return self.pg.label
-        tok = bundle.tokenizer
-        return lambda t: token_label(tok.decode([t], skip_special_tokens=False))
-
-    def _serve(self, bundle: Bundle) -> None:
-        """Point the Playground at `bundle` (requests already running keep their own decoders)."""
-        from core.prompt import prompt_mode
-
-        pg = self.pg
-        pg.tok, pg.baseline, pg.eagle = bundle.tokenizer, bundle.baseline, bundle.eagle
-        pg.compare = dict(bundle.compare)
-        if bundle.trees is not None:
-            pg.trees = bundle.trees
-        pg.mode = prompt_mode(bundle.tokenizer, "auto")
-        target = bundle.baseline.target
-        pg.model = bundle.name
-        pg.dtype = target.dtype if target is not None else "float32"
-        pg._labels = {}  # token labels belong to a tokenizer
-        self.current = bundle
-
-    def switch(self, name: str) -> str:
-        """Serve preset `name` (loading it once); returns the message to show. ValueError when it is not offered."""
-        if name not in self.names and name not in self.loaded:
-            raise ValueError(f"{name!r} is not offered here (offered: {', '.join(self.names)})")
-        with self.lock:
-            t0 = time.perf_counter()
-            bundle = self.loaded.get(name)
-            cached = bundle is not None
-            if bundle is None:
-                bundle = self.loader(name)
-                self.loaded[name] = bundle
-            self.loaded.move_to_end(name)
-            while len(self.loaded) > self.keep:
-                self.loaded.popitem(last=False)
-            self._serve(bundle)
-            took = time.perf_counter() - t0
-        return (f"Serving **{name}**: " + ("already loaded, switched" if cached else f"loaded in {took:.1f} s")
-                + ". Requests already running finish on the model they started with.")
-
-    def try_head(self, path: str | None = None, files: list[str] | None = None) -> str:
-        """Serve the current model with a head folder; returns the message. ValueError when it does not fit."""
+    def try_head(self, current: Choice | None, path: str | None = None,
+                 files: list[str] | None = None) -> tuple[Choice, str]:
+        """The session's model with a head folder bound (this session only) and the message; ValueError when the
+        folder is no head or does not fit the model."""
         folder = head_folder(path, files)
         report = interop_report(folder)  # raises ValueError for a folder that is not a head at all
-        with self.lock:
-            t0 = time.perf_counter()
-            base = self.loaded.get(self.current.name.split(" + ")[0], self.current)
-            try:
-                bundle = bind_head(base, folder)
-            except ValueError as e:
-                raise ValueError(f"this head does not fit {base.name}: {e}") from None
-            self._serve(bundle)
-            took = time.perf_counter() - t0
-        return f"Serving **{bundle.name}** (head read and bound in {took:.1f} s; {report})."
+        model = (current or Choice(self.first)).model
+        t0 = time.perf_counter()
+        choice = Choice(model, str(folder))
+        bundle, _ = self.models.get(choice)
+        took = time.perf_counter() - t0
+        return choice, f"Serving **{bundle.name}** to this session (head read and bound in {took:.1f} s; {report})."
 
 
-def make_picker(pg, info: str, presets: list[str] | None, loader: Callable[[str], Bundle] | None) -> Picker | None:
-    """The Picker of a freshly built Playground (serving what it was built with); None when nothing is offered."""
-    names = offered() if presets is None else list(presets)
-    if not names:
-        return None
-    target = pg.baseline.target
-    if loader is None:
-        device = str(target.device) if target is not None else None
+def preset_loader(device: str | None) -> Callable[[str], Bundle]:
+    """The default loader: a preset's bundle on `device` (the start-up model's)."""
 
-        def loader(name: str) -> Bundle:
-            return load_preset(name, device)
+    def loader(name: str) -> Bundle:
+        return load_preset(name, device)
 
-    current = Bundle(pg.model, pg.tok, pg.baseline, pg.eagle, dict(pg.compare), pg.trees, info)
-    return Picker(pg, current, names, loader)
+    return loader
 
 
 def build_picker(picker: Picker) -> dict:
@@ -220,7 +244,7 @@ def build_picker(picker: Picker) -> dict:
     with gr.Accordion("Model and head", open=False, elem_id="picker"):
         with gr.Row():
             model = gr.Dropdown(choices=list(picker.choices()),
-                                value=picker.current.name, label="Model (preset, with its shipped head)",
+                                value=picker.first, label="Model (preset, with its shipped head; this session only)",
                                 elem_id="model-choice", scale=2)
             head_path = gr.Textbox(label="Head folder on this machine", placeholder="static/heads/...",
                                    elem_id="head-path", scale=2)
@@ -232,31 +256,36 @@ def build_picker(picker: Picker) -> dict:
             "picker-status": status}
 
 
-def wire_picker(picker: Picker, comps: dict, info, race_with, lane_choices: Callable[[dict], list]) -> None:
-    """Switch on a model choice, bind a head on its button; `info`: the model line above the race, updated;
-    `race_with`: the third-lane radio, whose choices follow the served model's token-level lanes."""
+def wire_picker(picker: Picker, comps: dict, choice: object, info, race_with,
+                lane_choices: Callable[[dict], list]) -> None:
+    """Choose a model on the menu, bind a head on its button: each changes only this session's choice (`choice`,
+    its gr.State). `info`: the model line above the race, updated; `race_with`: the third-lane radio, whose choices
+    follow the session's model's token-level lanes."""
     import gradio as gr
 
-    def after(message: str):
-        return (f"✅ {message}", gr.Markdown(picker.current.info or f"Target **{picker.current.name}**"),
-                gr.Radio(choices=lane_choices(picker.pg.compare), value="none"))
+    skip = (gr.skip(),) * 5
 
-    def switch(name):
-        if not name or name == picker.current.name:
-            return gr.skip(), gr.skip(), gr.skip()
+    def after(new: Choice, message: str):
+        bundle = picker.models.peek(new) or picker.models.first
+        return (new, f"✅ {message}", gr.Markdown(bundle.info or f"Target **{bundle.name}**"),
+                gr.Radio(choices=lane_choices(bundle.compare), value="none"), new.head or "")
+
+    def switch(name, current):
+        if not name or name == (current or Choice(picker.first)).name:
+            return skip
         try:
-            return after(picker.switch(name))
+            return after(*picker.switch(name))
         except ValueError as e:
-            return f"⚠️ {e}", gr.skip(), gr.skip()
+            return gr.skip(), f"⚠️ {e}", gr.skip(), gr.skip(), gr.skip()
 
-    def head(path, files):
+    def head(path, files, current):
         try:
-            return after(picker.try_head(path, files))
+            return after(*picker.try_head(current, path, files))
         except ValueError as e:
-            return f"⚠️ Head refused: {e}", gr.skip(), gr.skip()
+            return gr.skip(), f"⚠️ Head refused: {e}", gr.skip(), gr.skip(), gr.skip()
 
-    outs = [comps["picker-status"], info, race_with]
-    comps["model-choice"].change(switch, [comps["model-choice"]], outs, api_visibility="private",
+    outs = [choice, comps["picker-status"], info, race_with, comps["head-path"]]  # the head box: what links keep
+    comps["model-choice"].change(switch, [comps["model-choice"], choice], outs, api_visibility="private",
                                  concurrency_id="picker", concurrency_limit=1)
-    comps["use-head"].click(head, [comps["head-path"], comps["head-upload"]], outs, api_visibility="private",
-                            concurrency_id="picker", concurrency_limit=1)
+    comps["use-head"].click(head, [comps["head-path"], comps["head-upload"], choice], outs,
+                            api_visibility="private", concurrency_id="picker", concurrency_limit=1)

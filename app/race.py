@@ -1,5 +1,5 @@
 """The race and its plumbing: two or three decoders interleaved by compute time on one device, out-of-memory
-detection, the per-request log line, and ZeroGPU reservations.
+detection and the per-request log line (ZeroGPU's reservations are app/zerogpu.py's).
 
 Both (or all three) generators run in one thread, one step at a time, always advancing whichever lane has used
 the least compute time so far (sum of StepEvent.step_ms, measured inside core). At any moment every panel shows
@@ -10,7 +10,6 @@ import json
 import logging
 from typing import Iterator
 
-from app.zerogpu import gpu_seconds, spaces_module  # noqa: F401  (ZeroGPU's plumbing lives in app/zerogpu.py)
 from core.engine.events import StepEvent, summarize
 
 log = logging.getLogger("eagle_playground.requests")
@@ -41,7 +40,7 @@ def log_request(endpoint: str, record, seconds: float, outcome: str, error: str 
     line = {"event": "request", "endpoint": endpoint, "model": record.model, "methods": list(record.lanes),
             "prompt_tokens": len(record.prompt_ids), "seconds": round(seconds, 4), "outcome": outcome}
     for side in record.lanes:
-        st = summarize(getattr(record, side))
+        st = summarize(record.steps(side))
         line[f"{side}_new_tokens"] = st.new_tokens
         line[f"{side}_tau"] = round(st.tau, 4)
     if record.compare_kind != "none":

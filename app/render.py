@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 from typing import Iterable, Protocol, Sequence
 
+from app.lanes import BASELINE, EAGLE, speedup
 from core.engine.events import RunStats, StepEvent
 from core.engine.exactness import NEAR_TIE_ULPS, Divergence
 from core.engine.metrics_names import mean_acceptance_length
@@ -241,9 +242,6 @@ def stats_html(base: RunStats, eagle: RunStats, badge: str = "", compare: RunSta
     token-level lane when one races (`compare`, titled `compare_label`), and EAGLE-2. The headline is EAGLE-2's
     speedup over the baseline; a third lane adds its own speedup and EAGLE-2's over it."""
 
-    def speed(a: RunStats, b: RunStats) -> float:
-        return a.tokens_per_s / b.tokens_per_s if a.tokens_per_s and b.tokens_per_s else 0.0
-
     def ms(x: float) -> str:
         return f"{x * 1000:.0f} ms" if x < 1 else f"{x:.2f} s"
 
@@ -278,19 +276,19 @@ def stats_html(base: RunStats, eagle: RunStats, badge: str = "", compare: RunSta
     ]
     body = "".join(f"<tr><th>{_esc(a)}</th>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>"
                    for a, cells in rows)
-    speedup = speed(eagle, base)
+    gain = speedup(eagle, base)
     extra = ""
-    if compare is not None and speed(compare, base):
-        extra = (f'<span class="speedup compare-speedup">{_esc(compare_label)} {speed(compare, base):.2f}×</span>'
-                 f'<span class="speedup vs-compare">EAGLE-2 vs {_esc(compare_label)} {speed(eagle, compare):.2f}×'
+    if compare is not None and speedup(compare, base):
+        extra = (f'<span class="speedup compare-speedup">{_esc(compare_label)} {speedup(compare, base):.2f}×</span>'
+                 f'<span class="speedup vs-compare">EAGLE-2 vs {_esc(compare_label)} {speedup(eagle, compare):.2f}×'
                  "</span>")
     head = (
-        f'<div class="stats-head"><span class="speedup{" slower" if speedup < 1 else ""}">{speedup:.2f}× speedup'
+        f'<div class="stats-head"><span class="speedup{" slower" if gain < 1 else ""}">{gain:.2f}× speedup'
         f"</span>{extra}{badge}</div>"
-        if speedup
+        if gain
         else f'<div class="stats-head">{badge}</div>'
     )
-    titles = ["Baseline"] + ([compare_label] if compare is not None else []) + ["EAGLE-2"]
+    titles = [BASELINE.title] + ([compare_label] if compare is not None else []) + [EAGLE.title]
     return (
         head
         + f'<table class="stats-table{" lanes-3" if compare is not None else ""}"><thead><tr><th></th>'

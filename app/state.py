@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from app.lanes import LaneRow, lane_rows
 from core.engine.events import StepEvent, TreeNode
 
 SOURCES = ("root", "head", "lookup")
@@ -47,62 +49,100 @@ class PackedTree:
         return StepEvent(self.step, self.method, self.new_token_ids, nodes, self.accepted_path)
 
 
+@dataclass(frozen=True)
+class Choice:
+    """A visitor's model and head, kept in that visitor's session state: a preset (or the start-up model) by name and
+    the head folder bound to it (None: the model's own head). Every request of the session runs on it."""
+
+    model: str
+    head: str | None = None
+
+    @property
+    def head_name(self) -> str:
+        """The head's folder name, "" for the model's own head."""
+        return Path(self.head).name if self.head else ""
+
+    @property
+    def name(self) -> str:
+        """'gemma-3-270m', or 'gemma-3-270m + my-head' with a head of the visitor's."""
+        return f"{self.model} + {self.head_name}" if self.head else self.model
+
+
 @dataclass
 class RunRecord:
     """One request: its inputs and every step event of each lane (plain decoding, EAGLE-2, and the token-level
-    drafter when one was asked for), so a stopped or finished run can be re-shown and its draft trees scrubbed."""
+    drafter when one was asked for), keyed by lane slot (app/lanes.py), so a stopped or finished run can be re-shown
+    and its draft trees scrubbed."""
 
     prompt: str = ""
     prompt_ids: list[int] = field(default_factory=list)
     greedy: bool = True
     tree_depth: int = 0
-    baseline: list[StepEvent] = field(default_factory=list)
-    eagle: list[StepEvent] = field(default_factory=list)
-    compare: list[StepEvent] = field(default_factory=list)  # the token-level lane (three-lane view only)
+    events: dict[str, list[StepEvent]] = field(default_factory=dict)  # lane slot -> its steps (a live record)
     compare_kind: str = "none"  # "none" | "medusa" | "lookup" (app/inputs.py COMPARE)
-    model: str = ""  # target name, for the per-request log line
+    model: str = ""  # the model it ran on (a preset or the start-up model): history, links, the log line
+    head: str = ""  # the head folder the visitor bound (its path here), "" for the model's own head
     stop: bool = False  # set by the Stop button; the running request reads it between decode steps
     note: str = ""  # why the run stopped early (the time budget), shown to the user
     stops: tuple[str, ...] = ()  # stop strings: a lane ends once its text contains one (core/engine/stops.py)
-    trees: list[PackedTree] = field(default_factory=list)  # only in a compact record
-    compare_trees: list[PackedTree] = field(default_factory=list)  # only in a compact record
+    packed: dict[str, list[PackedTree]] = field(default_factory=dict)  # only in a compact record: slot -> trees
     messages: list | None = None  # a conversation turn: the history asked, ending with this user turn (else None)
     answer_ids: tuple[int, ...] = ()  # only in a compact record of a conversation turn: the baseline lane's ids
     settings: dict = field(default_factory=dict)  # the request's resolved settings (tree filled in), for links
     finished_run: dict | None = None  # a finished run's record and views, for the history (app/history.py)
 
     @property
+    def choice(self) -> Choice:
+        """The model and head this request ran on."""
+        return Choice(self.model, self.head or None)
+
+    @property
+    def rows(self) -> tuple[LaneRow, ...]:
+        """The lanes this request races (slot, title, method), in panel order."""
+        return lane_rows(self.compare_kind)
+
+    @property
     def lanes(self) -> tuple[str, ...]:
-        """The lanes this request races, in panel order."""
-        return ("baseline", "eagle") if self.compare_kind == "none" else ("baseline", "compare", "eagle")
+        """The slots of the lanes this request races, in panel order."""
+        return tuple(row.slot for row in self.rows)
 
     @property
     def methods(self) -> tuple[str, ...]:
-        return tuple({"baseline": "baseline", "eagle": "eagle2", "compare": self.compare_kind}[s] for s in self.lanes)
+        return tuple(row.method for row in self.rows)
+
+    def steps(self, lane: str) -> list[StepEvent]:
+        """A lane's steps so far (empty for a lane that has none, or in a compact record)."""
+        return self.events.get(lane, [])
+
+    def add(self, lane: str, ev: StepEvent) -> None:
+        """Record one step of a lane."""
+        self.events.setdefault(lane, []).append(ev)
+
+    @property
+    def live(self) -> bool:
+        """True while the record holds step events (a running or just-stopped request, not a compact record)."""
+        return any(self.events.values())
 
     def ids(self, side: str) -> list[int]:
-        return [t for e in getattr(self, side) for t in e.new_token_ids]
+        return [t for e in self.steps(side) for t in e.new_token_ids]
 
     def finished(self, side: str) -> bool:
-        events = getattr(self, side)
+        events = self.steps(side)
         return bool(events) and events[-1].finished
-
-    def _packed(self, lane: str) -> list[PackedTree]:
-        return self.compare_trees if lane == "compare" else self.trees
 
     def lane_tree_steps(self, lane: str = "eagle") -> list[StepEvent]:
         """A drafting lane's steps that verified a draft tree (the prefill step has none)."""
-        if self._packed(lane):
-            return [t.unpack() for t in self._packed(lane)]
-        return [e for e in getattr(self, lane) if e.tree]
+        if self.packed.get(lane):
+            return [t.unpack() for t in self.packed[lane]]
+        return [e for e in self.steps(lane) if e.tree]
 
     @property
     def tree_steps(self) -> list[StepEvent]:
         return self.lane_tree_steps("eagle")
 
     def lane_tree_count(self, lane: str = "eagle") -> int:
-        packed = self._packed(lane)
-        return len(packed) if packed else sum(1 for e in getattr(self, lane) if e.tree)
+        packed = self.packed.get(lane)
+        return len(packed) if packed else sum(1 for e in self.steps(lane) if e.tree)
 
     @property
     def tree_count(self) -> int:
@@ -110,16 +150,15 @@ class RunRecord:
 
     def tree_step(self, i: int, lane: str = "eagle") -> StepEvent:
         """The i-th (0-based) verify step's tree, unpacking only that one from a compact record."""
-        packed = self._packed(lane)
+        packed = self.packed.get(lane)
         return packed[i].unpack() if packed else self.lane_tree_steps(lane)[i]
 
     def compact(self) -> "RunRecord":
         """A new record with what the UI needs after the run (the step slider's trees); the live one is untouched."""
-        return RunRecord(greedy=self.greedy, tree_depth=self.tree_depth, model=self.model, stop=True,
-                         note=self.note, trees=[PackedTree.pack(e) for e in self.eagle if e.tree],
-                         compare_kind=self.compare_kind,
-                         compare_trees=[PackedTree.pack(e) for e in self.compare if e.tree],
-                         messages=self.messages,
+        packed = {row.slot: [PackedTree.pack(e) for e in self.steps(row.slot) if e.tree]
+                  for row in self.rows if row.drafts}
+        return RunRecord(greedy=self.greedy, tree_depth=self.tree_depth, model=self.model, head=self.head, stop=True,
+                         note=self.note, packed=packed, compare_kind=self.compare_kind, messages=self.messages,
                          answer_ids=tuple(self.ids("baseline")) if self.messages is not None else (),
                          settings=dict(self.settings), finished_run=self.finished_run)
 

@@ -12,10 +12,11 @@ import gradio as gr
 
 from app.chat import chat_controls
 from app.chat import wire as wire_chat
-from app.handlers import COMPARE, LANE_TITLES, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, OUTPUTS, Limits, Playground
-from app.inputs import RunSettings
+from app.handlers import OUTPUTS, Playground
+from app.inputs import COMPARE, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, Limits, RunSettings
+from app.lanes import lane_title
 from app.panels import build_panels, restore_from_link, wire_panels
-from app.picker import build_picker, make_picker, wire_picker
+from app.picker import Picker, build_picker, offered, preset_loader, wire_picker
 from app.plots import stats_figure, tree_figure
 from app.state import drop_record
 from core.engine.autotree import TreePlan
@@ -75,7 +76,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
                max_prompt_tokens: int = MAX_PROMPT_TOKENS, tree: TreePlan | TreeConfig | None = None,
                prompt_mode: str = "auto", system: str | None = None, limits: Limits | None = None,
                compare: dict | None = None, verify_ms: dict[int, float] | None = None,
-               presets: list[str] | None = None, loader=None) -> gr.Blocks:
+               presets: list[str] | None = None, loader=None, max_loaded_models: int = 2) -> gr.Blocks:
     """Blocks wired to the given tokenizer and decoders; `info` is one markdown line (model, head, device).
     prompt_mode 'auto' wraps prompts in the chat template when the tokenizer has one ('chat'), else 'raw'.
     `limits` bounds every request (sliders and validation alike); max_new_tokens / max_prompt_tokens override it.
@@ -85,14 +86,18 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
     key ("medusa", "lookup"; app/startup.py compare_decoders) offered as a third lane; two lanes stay the default.
     `verify_ms`: verify cost by tree size on this machine (core.engine.autotree.verify_profile), for the "why" what-if.
     `presets`: the model picker's offer (None: app/picker.py `offered()`, the installed presets or EAGLE_PRESETS;
-    [] hides the picker); `loader`: preset name -> picker Bundle (default: load the preset on this device)."""
+    [] hides the picker); `loader`: preset name -> picker Bundle (default: load the preset on this device);
+    `max_loaded_models`: the most models in memory at once, shared by every session (app/picker.py `Models`)."""
     trees = TreePlan.fixed(tree, "given") if isinstance(tree, TreeConfig) else tree  # None: Playground's default
+    names = offered() if presets is None else list(presets)
+    target = baseline.target
+    loader = loader or preset_loader(str(target.device) if target is not None else None)
     pg = Playground(tokenizer, baseline, eagle, text_every=text_every, plot_every=plot_every,
                     charts_every=max(2.0, 4 * plot_every), max_new_tokens=max_new_tokens,
                     max_prompt_tokens=max_prompt_tokens, prompt_mode=prompt_mode, system=system, limits=limits,
-                    trees=trees, compare=compare)
-    pg.verify_ms = verify_ms  # read by the "why this speedup" arithmetic of each finished run (app/why.py)
-    picker = make_picker(pg, info, presets, loader)  # None when nothing is offered
+                    trees=trees, compare=compare, verify_ms=verify_ms, info=info, offered=names,
+                    loader=loader if names else None, max_loaded=max_loaded_models)
+    picker = Picker(pg.models, names) if names else None  # a session's model and head (app/picker.py)
     lim = pg.limits
     tree_defaults = pg.trees.greedy  # the temperature slider starts at 0 (greedy)
     examples = load_examples(pg.mode) if examples is None else examples
@@ -189,6 +194,7 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
         with gr.Accordion("How it works", open=False, elem_id="how-it-works"):
             gr.Markdown((STATIC / "intro.md").read_text(encoding="utf-8"), latex_delimiters=[])
         state = gr.State(None, time_to_live=STATE_TTL_S, delete_callback=drop_record)
+        choice = gr.State(None, time_to_live=STATE_TTL_S)  # this session's model and head (None: the start-up one)
         # set once the user moves a tree slider: from then on their tree is kept, not the planned one
         tree_touched = gr.State(False, time_to_live=STATE_TTL_S)
 
@@ -202,41 +208,43 @@ def build_demo(tokenizer, baseline, eagle, *, info: str = "", examples: list[str
         # preprocess=False: the raw values reach Playground.prepare, the one validation path this event shares
         # with /run (same maxima, same messages; Gradio's own slider checks would answer some bad values with a
         # generic "the app has raised an exception")
-        run_event = run.click(pg.stream, inputs, outputs, api_name="stream", api_visibility="undocumented",
+        run_event = run.click(pg.stream, inputs + [choice], outputs, api_name="stream", api_visibility="undocumented",
                               concurrency_limit=1, concurrency_id="device", show_progress="minimal",
                               show_progress_on=[base_out, eagle_out], preprocess=False)
 
         def show_lanes(choice):
             three = choice in pg.compare
-            title = f"### {LANE_TITLES.get(choice, choice)} · speculative decoding (token-level)" if three else ""
+            title = f"### {lane_title(choice) or choice} · speculative decoding (token-level)" if three else ""
             return gr.Column(visible=three), gr.Column(visible=three), gr.Markdown(title)
 
         race_with.change(show_lanes, [race_with], [compare_col, compare_tree_col, compare_title], queue=False,
                          api_visibility="private")
         stop_event = stop.click(pg.finish, [state], outputs, cancels=[run_event], queue=False,
                                 api_visibility="private")
-        wire_chat(chat, tokenizer, run_event, stop_event, state, prompt)
+        wire_chat(chat, lambda record: pg.bundle_of(record).tokenizer, run_event, stop_event, state, prompt)
         # queue=False: scrubbing redraws a stored tree (no device work), so it never takes a place in the queue
         step.input(pg.show_step, [state, step], [tree, compare_tree], trigger_mode="always_last", show_progress="hidden",
                    api_visibility="private", queue=False)
         tree_sliders = [total_tokens, depth, top_k, lookup, stop_below]  # RunSettings.TREE_FIELDS order
         for slider in tree_sliders:  # .input fires on the user's own moves only, not on the updates below
             slider.input(lambda: True, None, tree_touched, queue=False, api_visibility="private")
-        temperature.input(pg.planned_tree, [temperature, tree_touched], tree_sliders, queue=False,
+        temperature.input(pg.planned_tree, [temperature, tree_touched, choice], tree_sliders, queue=False,
                           show_progress="hidden", api_visibility="private")
         # the "why this speedup", run history and link panels (app/panels.py), and the link read on load
         link_targets = dict(zip(RunSettings.__dataclass_fields__, inputs))
         if picker_ui is not None:
-            wire_picker(picker, picker_ui, info_md, race_with, lambda lanes: [(COMPARE[k], k) for k in COMPARE
-                                                                           if k == "none" or k in lanes])
+            wire_picker(picker, picker_ui, choice, info_md, race_with,
+                        lambda lanes: [(COMPARE[k], k) for k in COMPARE if k == "none" or k in lanes])
             link_targets["model"] = picker_ui["model-choice"]
-        wire_panels(pg, panels, by_id, link_targets, [run_event, stop_event], picker.label_for if picker else None)
+            link_targets["head"] = picker_ui["head-path"]
+        wire_panels(pg, panels, by_id, link_targets, [run_event, stop_event], pg.label_for)
         restore, restored = restore_from_link(pg, link_targets, picker.choices() if picker else (), tree_touched)
         demo.load(restore, None, restored, queue=False, api_visibility="private")
         gr.api(pg.run, api_name="run", concurrency_limit=1, concurrency_id="device",
                api_description="Generate the prompt with plain decoding and EAGLE-2 (compare='medusa' or 'lookup' "
-                               "adds a token-level drafter as a third lane); returns the texts, token-identity, "
-                               "per-method statistics and the speedups.")
+                               "adds a token-level drafter as a third lane; model= one of the offered presets); "
+                               "returns the texts, token-identity, per-method statistics, the speedups and the "
+                               "'why this speedup' numbers.")
     # a full queue answers "Queue is full" (HTTP 503; gradio_client raises QueueError) instead of growing forever
     demo.queue(default_concurrency_limit=1, max_size=lim.queue)
     pg.queue = getattr(demo, "_queue", None)  # lets a running request notice that its client has gone

@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from app.lanes import speedup
 from core.engine.events import RunStats, StepEvent
 
 WHAT_IF_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
@@ -80,6 +81,13 @@ class Why:
                 "what_if": [dict(w.__dict__) for w in self.what_if]}
 
 
+def why_of(d: dict) -> Why:
+    """A Why back from its as_dict() form (a finished run keeps plain JSON, app/result.py)."""
+    rows = tuple(WhatIf(**w) for w in d.get("what_if", ()))
+    return Why(d["lane"], d["tau"], d["plain_step_ms"], d["draft_ms"], d["verify_ms"], d["other_ms"], d["tree_size"],
+               d["measured_speedup"], rows)
+
+
 def interpolate(profile: dict[int, float], size: float) -> float:
     """ms of a verify of `size` tokens from a measured profile: linear between measured sizes, flat outside."""
     sizes = sorted(profile)
@@ -127,7 +135,7 @@ def explain(lane: str, base: RunStats, stats: RunStats, steps: Sequence[StepEven
         return None
     drafting = [e for e in steps if e.tree]
     width = sum(len(e.tree) for e in drafting) / len(drafting) if drafting else 1.0
-    measured = stats.tokens_per_s / base.tokens_per_s if base.tokens_per_s and stats.tokens_per_s else 0.0
+    measured = speedup(stats, base)
     verify, draft, other = step
     decode = [e for e in steps if e.step > 0]  # the steps the split times (the prefill is another shape of work)
     forwards = sum(e.target_forwards for e in decode)

@@ -37,7 +37,7 @@ def serve(port: int) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from app.handlers import Limits
+    from app.inputs import Limits
     from app.ui import build_demo, launch_options
     from fakes import tiny_stack
 

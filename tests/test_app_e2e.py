@@ -66,6 +66,20 @@ def test_run_endpoint_rejects_bad_input_and_keeps_serving(server):
     assert client.predict(PROMPT, 4, api_name="/run")["identical"] is True
 
 
+def test_run_endpoint_names_the_model_and_returns_the_why_numbers(server):
+    """model= an offered name runs it (the start-up model here); any other name is one clear error listing the
+    offered ones, and the server keeps serving. The "why this speedup" numbers come back with the run."""
+    _, client, _ = server
+    out = client.predict(PROMPT, 8, model="tiny-llama", api_name="/run")
+    assert out["model"] == "tiny-llama" and out["model_status"] == "" and out["identical"] is True
+    why = out["why"][0]
+    assert why["lane"] == "EAGLE-2" and why["plain_step_ms"] > 0 and why["verify_ms"] > 0 and why["tree_size"] >= 1
+    assert why["measured_speedup"] == pytest.approx(out["speedup"]) and why["predicted_speedup"] > 0
+    with pytest.raises(Exception, match="model must be one of tiny-llama"):
+        client.predict(PROMPT, 4, model="no-such-model", api_name="/run")
+    assert client.predict(PROMPT, 4, api_name="/run")["identical"] is True
+
+
 def test_streaming_event_through_the_server(server):
     _, client, _ = server
     job = client.submit(PROMPT, 16, 0.0, 1.0, 0, 24, 6, 6, 10, "none", 0.0, None, "", api_name="/stream")

@@ -10,7 +10,9 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from app.handlers import OUTPUTS, Playground, RunSettings, make_config, race
+from app.handlers import OUTPUTS, Playground
+from app.inputs import RunSettings, make_config
+from app.race import race
 from app.state import RunRecord
 from core.engine.config import TreeConfig
 from core.engine.events import StepEvent
@@ -55,7 +57,7 @@ def test_stream_yields_every_output_and_ends_with_full_results():
     live = outs[0][-1]  # the record the state held while running
     assert isinstance(live, RunRecord) and live.ids("eagle") == live.ids("baseline") == [ord(c) for c in TEXT]
     # afterwards the state keeps only the compact record: the slider's trees, no prompt, no events
-    assert isinstance(record, RunRecord) and record.tree_count == 4 and not (record.baseline or record.eagle)
+    assert isinstance(record, RunRecord) and record.tree_count == 4 and not (record.steps("baseline") or record.steps("eagle"))
     assert record.prompt == "" and record.prompt_ids == []
     assert b.calls[0][0] == [ord(c) for c in "Say: "] and b.calls[0][1].max_new_tokens == 64
 
@@ -80,7 +82,7 @@ def test_stop_button_stops_both_decoders_after_the_current_step():
     assert b.closed and e.closed
     final = rest[-1]
     assert "stopped" in final[0] and "tokens / s" in final[2] and "so far" in final[2]
-    assert len(record.baseline) + len(record.eagle) == produced
+    assert len(record.steps("baseline")) + len(record.steps("eagle")) == produced
 
 
 def test_panels_grow_in_compute_time_order():
@@ -227,7 +229,7 @@ def test_zero_gpu_wraps_the_device_work_with_a_duration(monkeypatch):
     """With the `spaces` package present (Hugging Face ZeroGPU) the race runs under spaces.GPU(duration=...)."""
     import types
 
-    from app.handlers import gpu_seconds
+    from app.zerogpu import gpu_seconds
 
     seen = {}
 
@@ -275,7 +277,7 @@ def test_spaces_installed_without_zero_gpu_keeps_every_limit(monkeypatch):
 def test_tree_flag_keeps_defaults_parses_or_measures():
     """app.py --tree: absent keeps the engine default, 'T,D,K' is used for every request, 'auto' measures this
     machine and plans one tree for greedy and one for sampled requests (core/engine/autotree.py)."""
-    from app.handlers import auto_or_parse
+    from app.startup import auto_or_parse
     from core.engine.autotree import TreePlan
     from core.engine.config import TreeConfig
     from fakes import tiny_stack

@@ -21,7 +21,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from gradio_client import Client  # noqa: E402
 
-from app.handlers import Limits, Playground  # noqa: E402
+from app.handlers import Playground  # noqa: E402
+from app.inputs import Limits  # noqa: E402
 from app.state import RunRecord, drop_record  # noqa: E402
 from app.ui import STATIC, build_demo, launch_options  # noqa: E402
 from core.engine.config import DecodeConfig, DecodeError  # noqa: E402
@@ -451,9 +452,11 @@ def test_api_takes_no_file_paths(server):
     api = server.view_api(print_info=False, return_format="dict")
     params = [p["parameter_name"] for p in api["named_endpoints"]["/run"]["parameters"]]
     assert params == ["prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k",
-                      "lookup", "compare", "stop_below", "messages", "stop"]  # compare: a COMPARE key, never a path;
-    # messages: {role, content} dicts of text (core/conversation.py), never a path
-    assert not any("path" in p or "head" in p or "model" in p for p in params)
+                      "lookup", "compare", "stop_below", "messages", "stop", "model"]  # compare: a COMPARE key, never a path;
+    # messages: {role, content} dicts of text (core/conversation.py), never a path; model: an offered preset's name
+    assert not any("path" in p or "head" in p for p in params)
+    with pytest.raises(Exception, match="model must be one of"):
+        server.predict(PROMPT, 4, model="static/heads", api_name="/run")  # a folder is no preset: refused
 
 
 class _Payload:
@@ -597,7 +600,7 @@ def test_state_keeps_only_the_compact_record_and_expires():
     outs = list(pg.stream("the fox " * 20, 64, 0.0, 1.0, 0, 32, 6, 6, 10))
     live, final = outs[1][-1], outs[-1][-1]
     assert isinstance(final, RunRecord) and final is not live
-    assert not final.baseline and not final.eagle and final.prompt == "" and final.tree_count == len(live.tree_steps)
+    assert not final.steps("baseline") and not final.steps("eagle") and final.prompt == "" and final.tree_count == len(live.tree_steps)
     full, small = len(pickle.dumps(live)), len(pickle.dumps(final))
     assert small < full / 4, (small, full)
     assert final.tree_step(2).tree == live.tree_steps[2].tree  # the slider redraws the same tree

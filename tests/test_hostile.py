@@ -16,7 +16,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import gradio as gr  # noqa: E402
 from gradio_client import Client  # noqa: E402
 
-from app.handlers import Limits, Playground  # noqa: E402
+from app.handlers import Playground  # noqa: E402
+from app.inputs import Limits  # noqa: E402
 from app.plots import tree_figure  # noqa: E402
 from app.ui import DELETE_CACHE, MAX_UPLOAD, build_demo, launch_options  # noqa: E402
 from core.engine.autotree import TreePlan  # noqa: E402

@@ -36,8 +36,8 @@ def finished_record(prompt: str, text: str, plan):
     from app.handlers import Playground
 
     pg = Playground(CharTokenizer(), ReplayDecoder("baseline", baseline_events(text)),
-                    ReplayDecoder("eagle2", eagle_events(text, plan)), text_every=0, plot_every=0, charts_every=0)
-    pg.verify_ms = {1: 5.0, 2: 6.0, 4: 8.0}
+                    ReplayDecoder("eagle2", eagle_events(text, plan)), text_every=0, plot_every=0, charts_every=0,
+                    verify_ms={1: 5.0, 2: 6.0, 4: 8.0})
     *_, last = pg.stream(prompt, 64, 0.0, 1.0, 0, 4, 3, 2, 0)
     return last[-1]
 

@@ -9,6 +9,7 @@ import torch
 
 from app.handlers import Playground
 from app.picker import Bundle, Picker, head_folder, offered
+from app.state import Choice
 from core.drafters.draft_head import HeadConfig, init_head, save_head
 from core.models.presets import PRESETS
 from fakes import tiny_stack
@@ -24,27 +25,37 @@ def test_offered_presets_installed_offline_or_named(monkeypatch):
     assert offered() == list(reversed(installed))
 
 
-def make_picker(loads):
+SEEDS = {"a": 1, "b": 2}
+
+
+def make_picker(loads, keep: int = 2):
+    """A Playground serving a tiny Llama at start, two fake presets "a" and "b" (tiny Llamas of other seeds, so
+    their outputs differ), at most `keep` bundles in memory."""
     def loader(name):
         loads.append(name)
-        tok, b, e = tiny_stack(seed=1)
+        tok, b, e = tiny_stack(seed=SEEDS[name])
         return Bundle(name, tok, b, e, {}, None, f"Target **{name}**")
 
     tok, b, e = tiny_stack()
-    pg = Playground(tok, b, e)
-    return pg, Picker(pg, Bundle("tiny-llama", tok, b, e), ["a", "b"], loader, keep=2)
+    pg = Playground(tok, b, e, text_every=0, plot_every=0, charts_every=0, offered=["a", "b"], loader=loader,
+                    max_loaded=keep)
+    return pg, Picker(pg.models, ["a", "b"])
 
 
 def test_switch_loads_once_and_serves_the_new_decoders():
+    """A switch is the session's choice: loaded once, shared, the start-up model still served to everyone else;
+    at most `keep` bundles in memory (the start-up one counts), the least recently used dropped."""
     loads = []
     pg, picker = make_picker(loads)
     old = pg.eagle
-    assert "loaded in" in picker.switch("a") and pg.model == "a" and pg.eagle is not old
-    assert "already loaded" in picker.switch("tiny-llama") and pg.eagle is old
+    choice, msg = picker.switch("a")
+    assert "loaded in" in msg and choice == Choice("a") and pg.models.peek(choice).eagle is not old
+    assert pg.model == "tiny-llama" and pg.eagle is old  # nobody else's model changed
+    assert "already loaded" in picker.switch("tiny-llama")[1] and pg.models.peek(None).eagle is old
     picker.switch("a")
     assert loads == ["a"]  # loaded once
-    picker.switch("b")  # keep=2: the least recently used ("tiny-llama") is dropped
-    assert list(picker.loaded) == ["a", "b"]
+    picker.switch("b")  # keep=2: the start-up model stays, "a" (the least recently used other) is dropped
+    assert pg.models.names() == ["tiny-llama", "b"] and pg.models.peek(Choice("a")) is None
     with pytest.raises(ValueError, match="not offered"):
         picker.switch("c")
 
@@ -56,13 +67,14 @@ def test_head_that_does_not_fit_is_refused_and_the_served_head_stays(tmp_path):
     save_head(init_head(HeadConfig.for_target(64, vocab + 5)), tmp_path / "v", dtype=torch.float32)
     eagle = pg.eagle
     with pytest.raises(ValueError, match="does not fit tiny-llama: head hidden size 32"):
-        picker.try_head(str(tmp_path / "h32"))
+        picker.try_head(None, str(tmp_path / "h32"))
     with pytest.raises(ValueError, match="vocabulary"):
-        picker.try_head(str(tmp_path / "v"))
+        picker.try_head(None, str(tmp_path / "v"))
     assert pg.eagle is eagle
     save_head(init_head(HeadConfig.for_target(64, vocab)), tmp_path / "ok", dtype=torch.float32)
-    msg = picker.try_head(str(tmp_path / "ok"))
-    assert "tiny-llama + ok" in msg and "vLLM" in msg and pg.eagle is not eagle
+    choice, msg = picker.try_head(None, str(tmp_path / "ok"))
+    assert "tiny-llama + ok" in msg and "vLLM" in msg and pg.models.peek(choice).eagle is not eagle
+    assert choice.name == "tiny-llama + ok" and pg.eagle is eagle  # bound to that session only
 
 
 def test_uploads_zip_or_files_and_refuses_escaping_members(tmp_path):
@@ -84,11 +96,13 @@ def test_uploads_zip_or_files_and_refuses_escaping_members(tmp_path):
 
 def test_past_runs_keep_their_tokenizer_for_tree_labels():
     pg, picker = make_picker([])
-    assert picker.label_for("tiny-llama") == pg.label  # served: the Playground's own labeller
-    picker.switch("a")
-    old = picker.label_for("tiny-llama")  # still loaded, no longer served
-    assert old != pg.label and old(pg.tok.encode("hello")[0]) == pg.label(pg.tok.encode("hello")[0])
-    assert picker.label_for("gone") == pg.label
+    record = list(pg.stream("Once upon a time", 4, 0.0, 1.0, 0, 8, 3, 2, 0))[-1][-1]
+    assert pg.label_for(record) == pg.label  # the start-up model: the Playground's own labeller
+    choice, _ = picker.switch("a")
+    other = list(pg.stream("Once upon a time", 4, 0.0, 1.0, 0, 8, 3, 2, 0, choice=choice))[-1][-1]
+    label = pg.label_for(other)  # a run on "a": labels in a's tokenizer
+    assert label != pg.label and label(pg.tok.encode("hello")[0]) == pg.label(pg.tok.encode("hello")[0])
+    assert pg.label_for(None) == pg.label
 
 
 def test_a_load_never_stops_serving_and_runs_in_flight_finish_on_their_decoders():
@@ -103,18 +117,19 @@ def test_a_load_never_stops_serving_and_runs_in_flight_finish_on_their_decoders(
         return Bundle(name, tok, b, e)
 
     tok, b, e = tiny_stack()
-    pg = Playground(tok, b, e, text_every=0, plot_every=0, charts_every=0)
-    picker = Picker(pg, Bundle("tiny-llama", tok, b, e), ["a"], slow_loader)
+    pg = Playground(tok, b, e, text_every=0, plot_every=0, charts_every=0, offered=["a"], loader=slow_loader)
+    picker = Picker(pg.models, ["a"])
     expected = pg.run("Once upon a time", 12)["eagle_token_ids"]
     stream = pg.stream("Once upon a time", 12, 0.0, 1.0, 0, 8, 3, 2, 0)
     next(stream)  # a run in flight on the first model
-    loading = threading.Thread(target=picker.switch, args=("a",))
+    chosen = []
+    loading = threading.Thread(target=lambda: chosen.append(picker.switch("a")))
     loading.start()
     assert started.wait(30)
     assert pg.run("Once upon a time", 12)["eagle_token_ids"] == expected  # served while the load runs
     release.set()
     loading.join(30)
-    assert pg.model == "a" and pg.eagle is not e
+    assert chosen[0][0] == Choice("a") and pg.model == "tiny-llama" and pg.eagle is e
     *_, last = stream  # the run in flight ends on the decoders it started with
     record = last[-1]
     assert record.model == "tiny-llama"

@@ -56,7 +56,7 @@ def test_api_endpoints_and_concurrency(demo):
     info = demo.get_api_info()
     params = [p["parameter_name"] for p in info["named_endpoints"]["/run"]["parameters"]]
     assert params == ["prompt", "max_new_tokens", "temperature", "top_p", "seed", "total_tokens", "depth", "top_k",
-                      "lookup", "compare", "stop_below", "messages", "stop"]  # new fields last: positional callers keep working
+                      "lookup", "compare", "stop_below", "messages", "stop", "model"]  # new fields last: positional callers keep working
     assert "/stream" not in info["named_endpoints"]  # the UI's streaming event stays undocumented
 
 
