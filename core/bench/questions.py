@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 
+from core.splits import in_dev_split
 from core.train.evaluate import spec_bench_category
 
 
 SPLITS = ("all", "dev", "test")
-DEV_EVERY = 5  # a question is in the dev split when question_id % DEV_EVERY == 0
 
 
 class BenchError(Exception):
@@ -60,7 +60,7 @@ def select_questions(rows: list[dict], categories: frozenset[str] = frozenset(),
 
 def split_questions(rows: list[dict], split: str) -> list[dict]:
     """The rows of one split, fixed by question_id alone so it never depends on the selection or file order: "dev"
-    (question_id % DEV_EVERY == 0) is for training decisions (which head, which tree, which data); "test" (every
+    (core/splits.py: question_id % DEV_EVERY == 0) is for training decisions (which head, which tree, which data); "test" (every
     other row) is what published results use, so no published number comes from a prompt a decision was tuned on;
     "all" keeps every row (the runs recorded before the split existed)."""
     if split not in SPLITS:
@@ -68,4 +68,4 @@ def split_questions(rows: list[dict], split: str) -> list[dict]:
     if split == "all":
         return list(rows)
     dev = split == "dev"
-    return [r for r in rows if (int(r["question_id"]) % DEV_EVERY == 0) == dev]
+    return [r for r in rows if in_dev_split(r["question_id"]) == dev]

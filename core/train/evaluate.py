@@ -41,14 +41,15 @@ def card_questions(folder: Path, spec_per_group: int = 3) -> list[dict]:
     """The chat head's card, 31 prompts never trained on and never in a published test split: MT-bench's dev-split
     first turns (2 in each of its 8 categories) and the first `spec_per_group` dev-split questions of each of
     Spec-Bench's five other groups (translation, summarization, qa, math_reasoning, rag)."""
-    from core.bench.questions import split_questions
+    from core.splits import in_dev_split
 
     def rows(name: str) -> list[dict]:
-        return [json.loads(line) for line in open(folder / name, encoding="utf-8") if line.strip()]
+        return [r for line in open(folder / name, encoding="utf-8") if line.strip()
+                for r in [json.loads(line)] if in_dev_split(r["question_id"])]
 
-    out = [{**r, "group": r["category"]} for r in split_questions(rows("mt_bench_questions.jsonl"), "dev")]
+    out = [{**r, "group": r["category"]} for r in rows("mt_bench_questions.jsonl")]
     seen: dict[str, int] = {}
-    for r in split_questions(rows("spec_bench_questions.jsonl"), "dev"):
+    for r in rows("spec_bench_questions.jsonl"):
         c = spec_bench_category(r["category"])
         if c != "mt_bench" and seen.get(c, 0) < spec_per_group:
             seen[c] = seen.get(c, 0) + 1
