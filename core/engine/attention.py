@@ -39,7 +39,8 @@ NAME = "eagle_invariant"  # the attention implementation's name in transformers'
 ROW_LIMIT = 64  # forwards with more query rows run SDPA (prefill); no tree verify the engine plans is wider
 ALIGN = 16  # keys per row padded to a multiple of this: fp32 batch entries on 64-byte boundaries
 
-_plan_memo: list = [None, None]  # [the last mask (weak reference) or causal shape, its plan]: one per forward
+_plan_memo: list = []  # [(the mask, weakly, or a causal shape), its plan]: the last few masks of a forward
+MEMO_SIZE = 4  # a forward passes one mask per layer kind (Gemma 3: sliding and full), the same object every layer
 
 
 def register() -> str:
@@ -84,11 +85,12 @@ def row_plan(vis: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, torch.
 
 def _plan_for(mask: torch.Tensor | None, t: int, s: int, device: torch.device) -> list:
     """row_plan for this mask, computed once per forward (every layer of a forward passes the same mask object)."""
-    seen, plan = _plan_memo
-    same = (seen() is mask) if isinstance(seen, weakref.ref) else (mask is None and seen == (t, s, device))
-    if not same:
-        plan = row_plan(visible_keys(mask, t, s, device))
-        _plan_memo[:] = [weakref.ref(mask) if mask is not None else (t, s, device), plan]
+    for seen, plan in _plan_memo:
+        if (seen() is mask) if isinstance(seen, weakref.ref) else (mask is None and seen == (t, s, device)):
+            return plan
+    plan = row_plan(visible_keys(mask, t, s, device))
+    _plan_memo.insert(0, (weakref.ref(mask) if mask is not None else (t, s, device), plan))
+    del _plan_memo[MEMO_SIZE:]
     return plan
 
 
