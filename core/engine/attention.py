@@ -86,10 +86,10 @@ def row_plan(vis: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, torch.
 def _plan_for(mask: torch.Tensor | None, t: int, s: int, device: torch.device) -> list:
     """row_plan for this mask, computed once per forward (every layer of a forward passes the same mask object)."""
     for seen, plan in _plan_memo:
-        if (seen() is mask) if isinstance(seen, weakref.ref) else (mask is None and seen == (t, s, device)):
+        if (mask is not None and seen() is mask) if isinstance(seen, weakref.ref) else seen == (t, s, device, mask):
             return plan
     plan = row_plan(visible_keys(mask, t, s, device))
-    _plan_memo.insert(0, (weakref.ref(mask) if mask is not None else (t, s, device), plan))
+    _plan_memo.insert(0, (weakref.ref(mask) if mask is not None else (t, s, device, None), plan))
     del _plan_memo[MEMO_SIZE:]
     return plan
 
