@@ -27,6 +27,7 @@ ATTENTION_ENV = "EAGLE_ATTENTION"
 # model families whose attention calls transformers' interface with the (1, 1, T, S) masks this adapter builds, and
 # whose bf16 tree verifies the tests check bit for bit against one-token steps (tests/test_invariant_attention.py)
 INVARIANT_FAMILIES = ("llama", "qwen2", "gemma3_text")
+AUTO_MIN_ROWS = 16  # `auto` keeps the invariant attention only where the probe covers the engine's default tree
 
 
 @dataclass
@@ -90,8 +91,9 @@ class TargetModel:
         attention, core/engine/attention.py; ValueError where this model's family is not supported) or "auto" (the
         invariant one where supported, else SDPA). With the invariant attention the start-up probe
         (core/models/invariance.py; `pinned_rows` instead when a choices file pinned it) finds up to how many rows a
-        verify reproduces one-token steps here: `exact_rows`. Where no kernel is invariant even at 2 rows the
-        target falls back to SDPA and `attention_note` says which kernel. Run after `accelerate()`: the probe uses
+        verify reproduces one-token steps here: `exact_rows`. Where the kernels are invariant at fewer than 2 rows
+        ("auto": fewer than AUTO_MIN_ROWS, the engine's default tree) the target falls back to SDPA and
+        `attention_note` says which kernel. Run after `accelerate()`: the probe uses
         the kernel routes it chose. Returns the target."""
         if mode not in ATTENTION_MODES:
             raise ValueError(f"attention must be one of {', '.join(ATTENTION_MODES)}, got {mode!r}")
@@ -108,9 +110,9 @@ class TargetModel:
             return self
         self.model.set_attn_implementation(attention.register())
         found = invariance.Invariance(pinned_rows) if pinned_rows is not None else invariance.probe(self)
-        if found.rows < 2:
+        if found.rows < (AUTO_MIN_ROWS if mode == "auto" else 2):
             self.model.set_attn_implementation("sdpa")
-            self.attention_note = f"kernels not row-invariant here ({found.broken or 'probe'}): SDPA"
+            self.attention_note = f"kernels not row-invariant here past {found.rows} rows ({found.broken}): SDPA"
             return self
         self.attention, self.exact_rows = "invariant", found.rows
         self.attention_note = found.describe()
