@@ -156,10 +156,10 @@ class TargetModel:
 
     def kernel_choices(self) -> dict:
         """What start-up timing chose here, for a bench record: the LM-head kernel, rows on demand, the row counts
-        whose forwards take the oneDNN route, how many weights stayed packed, the attention and its exact rows."""
+        whose forwards take the oneDNN route, and how many weights stayed packed (the attention in force and its
+        exact rows are in `choices.describe`)."""
         return {"lm_head": self.head_kernel, "lazy_rows": self.lazy_rows,
-                "body_onednn_rows": sorted(self.onednn_rows), "packed_weights": len(self.packed),
-                "attention": self.attention, "invariant_rows": self.exact_rows}
+                "body_onednn_rows": sorted(self.onednn_rows), "packed_weights": len(self.packed)}
 
     @property
     def device(self) -> torch.device:
