@@ -30,7 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtype", default=None, help="bf16 | fp16 | fp32 | auto (default: on CPU the faster one, timed)")
     p.add_argument("--choices", default=None, help="pin dtype/kernels from FILE or write them there (core/models/choices.py)")
     p.add_argument("--attention", default=None, choices=["auto", "invariant", "sdpa"],
-                   help="sdpa (default) | invariant: bit-exact tree verifies (docs/trust.md) | auto: invariant if supported")
+                   help="sdpa (default) | invariant: bit-exact tree verifies (docs/trust.md) | auto: where supported")
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1, or $GRADIO_SERVER_NAME)")
     p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
     p.add_argument("--share", action="store_true", help="also open a temporary public *.gradio.live link")

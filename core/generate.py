@@ -55,9 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="pin dtype and kernel routes from FILE, or write this run's there (core/models/choices.py; also "
                         "$EAGLE_CHOICES)")
     p.add_argument("--attention", default=None, choices=["auto", "invariant", "sdpa"],
-                   help="the target's attention: sdpa (default, also $EAGLE_ATTENTION), invariant (row-invariant: a tree "
-                        "verify equals plain decoding's steps bit for bit; docs/trust.md) or auto (invariant where "
-                        "supported)")
+                   help="the target's attention: sdpa (default; $EAGLE_ATTENTION), invariant (row-invariant: a "
+                        "tree verify equals plain decoding's steps bit for bit; docs/trust.md) or auto (invariant "
+                        "where supported)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text + summary")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
     return p.parse_args(argv)

@@ -29,7 +29,8 @@ MODES = ("sdpa", "invariant")
 
 def context_ids(tok, length: int) -> list[int]:
     """A prompt of exactly `length` tokens of varied text (numbered notes, no verbatim repeats to copy)."""
-    text = " ".join(f"Note {i}: item {i} weighs {i * 37 % 101} grams and costs {i * 53 % 97} cents." for i in range(4000))
+    text = " ".join(f"Note {i}: item {i} weighs {i * 37 % 101} grams and costs {i * 53 % 97} cents."
+                    for i in range(4000))
     ids = tok(text, add_special_tokens=False)["input_ids"][: length - 8]
     return ids + tok(" Summarise the notes above.", add_special_tokens=False)["input_ids"][:8]
 

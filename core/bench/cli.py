@@ -146,7 +146,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="pin dtype and kernel routes from FILE, or write this run's there when it does not exist "
                         "(core/models/choices.py; also $EAGLE_CHOICES)")
     p.add_argument("--attention", default=None, choices=["auto", "invariant", "sdpa"],
-                   help="the target's attention: sdpa (default, also $EAGLE_ATTENTION), invariant or auto (docs/trust.md)")
+                   help="the target's attention: sdpa (default; $EAGLE_ATTENTION), invariant or auto (docs/trust.md)")
     return p.parse_args(argv)
 
 

@@ -13,8 +13,9 @@ runs whichever path timing noise picked. A choices file fixes them:
 
 The file is JSON: {"dtype", "lm_head", "lazy_rows", "body_onednn_rows", "draft_head", "draft_onednn_rows",
 "medusa_head", "attention", "invariant_rows"}; a key left out is timed (`invariant_rows`: probed,
-core/models/invariance.py; `attention`: the one in force, sdpa or invariant, used when no --attention is given). Pins apply on CPU only (elsewhere nothing is timed). Every result records
-the choices in force (`describe`): the bench JSON's config, `/run`'s result and the app's info line.
+core/models/invariance.py; `attention`: the one in force, sdpa or invariant, used when no --attention is given).
+Pins apply on CPU only (elsewhere nothing is timed). Every result records the choices in force (`describe`): the
+bench JSON's config, `/run`'s result and the app's info line.
 """
 from __future__ import annotations
 
