@@ -102,7 +102,8 @@ def probe_head(target, limit: int, seed: int = 1) -> Invariance:
     return Invariance(max([m for m in sizes if m < bad], default=1), f"LM head ({target.head_kernel}) at {bad} rows")
 
 
-def probe_attention(config, dtype: torch.dtype, limit: int, prefix: int = 100, seed: int = 2) -> Invariance:
+def probe_attention(config, dtype: torch.dtype, limit: int, prefix: int = 100, seed: int = 2,
+                    device: torch.device = torch.device("cpu")) -> Invariance:
     """The invariant attention on the model's head geometry: trees of HEAD_ROWS nodes after `prefix` keys, each row
     against a one-row call over exactly the keys it sees."""
     heads, kv = config.num_attention_heads, getattr(config, "num_key_value_heads", None) or config.num_attention_heads
@@ -111,8 +112,9 @@ def probe_attention(config, dtype: torch.dtype, limit: int, prefix: int = 100, s
     for n in [m for m in HEAD_ROWS if m <= limit]:
         parents = [-1] + [rnd.randrange(i) for i in range(1, n)]
         vis = torch.cat([torch.ones(n, prefix, dtype=torch.bool), tree.ancestor_mask(parents)], dim=1)  # (n, S)
-        q = torch.randn(1, heads, n, d, generator=gen).to(dtype)
-        k, v = (torch.randn(1, kv, prefix + n, d, generator=gen).to(dtype) for _ in range(2))
+        q = torch.randn(1, heads, n, d, generator=gen).to(dtype).to(device)
+        k, v = (torch.randn(1, kv, prefix + n, d, generator=gen).to(dtype).to(device) for _ in range(2))
+        vis = vis.to(device)
         out, _ = attention.invariant_attention(None, q, k, v, vis[None, None])
         for r in range(n):
             keys = vis[r].nonzero()[:, 0]
@@ -125,7 +127,9 @@ def probe_attention(config, dtype: torch.dtype, limit: int, prefix: int = 100, s
 def probe(target) -> Invariance:
     """All three, each up to what the previous allowed: the rows every kernel of a forward reproduces."""
     found = probe_linears(target)
-    for step in (lambda lim: probe_head(target, lim), lambda lim: probe_attention(target.config, target.dtype, lim)):
+    steps = (lambda lim: probe_head(target, lim),
+             lambda lim: probe_attention(target.config, target.dtype, lim, device=target.device))
+    for step in steps:
         if found.rows < 2:
             break
         nxt = step(found.rows)
