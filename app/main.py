@@ -29,6 +29,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default=None, help="cuda | mps | cpu (default: best available)")
     p.add_argument("--dtype", default=None, help="bf16 | fp16 | fp32 | auto (default: on CPU the faster one, timed)")
     p.add_argument("--choices", default=None, help="pin dtype/kernels from FILE or write them there (core/models/choices.py)")
+    p.add_argument("--attention", default=None, choices=["auto", "invariant", "sdpa"],
+                   help="sdpa (default) | invariant: bit-exact tree verifies (docs/trust.md) | auto: where supported")
     p.add_argument("--host", default=None, help="bind address (default 127.0.0.1, or $GRADIO_SERVER_NAME)")
     p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
     p.add_argument("--share", action="store_true", help="also open a temporary public *.gradio.live link")
@@ -73,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     print(f"[eagle-playground] loading model {args.model or 'default'}, head {args.head or 'default'} ...", flush=True)
     target, tok, baseline, eagle = build_decoders(args.model, args.head, plan.device, plan.dtype,
-                                                  trust_remote_code=args.trust_remote_code, choices_file=args.choices)
+                                                  trust_remote_code=args.trust_remote_code, choices_file=args.choices,
+                                                  **({"attention": args.attention} if args.attention else {}))
     print(f"[eagle-playground] loaded {target.name} on {target.device} ({dtype_note(target)}) in "
           f"{time.perf_counter() - t0:.1f} s{'; warming up ...' if plan.warm_up else ''}", flush=True)
     compare = compare_decoders(target, args.medusa_head)  # the token-level lanes (Medusa, lookup)

@@ -54,6 +54,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--choices", default=None, metavar="FILE",
                    help="pin dtype and kernel routes from FILE, or write this run's there (core/models/choices.py; also "
                         "$EAGLE_CHOICES)")
+    p.add_argument("--attention", default=None, choices=["auto", "invariant", "sdpa"],
+                   help="the target's attention: sdpa (default; $EAGLE_ATTENTION), invariant (row-invariant: a "
+                        "tree verify equals plain decoding's steps bit for bit; docs/trust.md) or auto (invariant "
+                        "where supported)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text + summary")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code (off by default)")
     return p.parse_args(argv)
@@ -81,7 +85,7 @@ def generate(args: argparse.Namespace) -> dict:
 
     target, tokenizer, baseline, eagle = pipeline.build_decoders(
         args.model, args.head, args.device, args.dtype, trust_remote_code=getattr(args, "trust_remote_code", False),
-        choices_file=getattr(args, "choices", None))
+        choices_file=getattr(args, "choices", None), attention=getattr(args, "attention", None))
     mode = getattr(args, "prompt_mode", "auto")
     prompt_ids = prompt.encode_prompt(tokenizer, args.prompt, mode)
     prompt.check_prompt_fits(target, prompt_ids, cfg)

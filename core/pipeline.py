@@ -93,15 +93,18 @@ def build_decoders(
     dtype: str | None = None,
     trust_remote_code: bool = False,
     choices_file: str | Path | None = None,
+    attention: str | None = None,
 ) -> tuple[TargetModel, object, BaselineDecoder, Eagle2Decoder]:
     """Load the target once and bind both decoders to it (same model object, dtype and attention: a fair race).
     `choices_file` pins the dtype and kernel routes from that file, or has this run's written there (core/models/choices.py;
-    $EAGLE_CHOICES does the same without the argument)."""
+    $EAGLE_CHOICES does the same without the argument). `attention`: auto | invariant | sdpa (None: the pinned one,
+    else $EAGLE_ATTENTION, else sdpa; core/models/target.py `attention_mode`)."""
     if head:
         check_head_path(head)
     if choices_file:
         choices.use(choices_file)
-    target, tokenizer = load_target(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+    target, tokenizer = load_target(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                                    attention=attention)
     eagle = decoder_for(build_head(target, head, model), target)  # ValueError on hidden/vocab mismatch
     choices.save(target, eagle.drafter)  # a choices file named but not yet written gets this run's (core/models/choices.py)
     return target, tokenizer, BaselineDecoder(target), eagle

@@ -58,6 +58,7 @@ MOVES: dict[str, str] = {
     "core.weights": "core.models.weights",
     "core.kernels": "core.models.kernels",
     "core.choices": "core.models.choices",
+    "core.invariance": "core.models.invariance",
     # drafters and their heads
     "core.drafter": "core.drafters.eagle",
     "core.lookup_drafter": "core.drafters.lookup",

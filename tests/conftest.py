@@ -49,6 +49,7 @@ ISA_SENSITIVE = (
     "tests/test_logits.py::",
     "tests/test_exactness.py::",
     "tests/test_tree_logits.py::",
+    "tests/test_invariant_attention.py::",
     "tests/test_choices.py::test_each_pinned_path_gives_the_plain_paths_tokens",
     "tests/test_equivalence.py::test_greedy_eagle_equals_baseline[llama-T24-D5-K4-L0]",
     "tests/test_equivalence.py::test_greedy_eagle_equals_baseline[qwen2-T24-D5-K4-L10-S0.05]",

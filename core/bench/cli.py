@@ -145,6 +145,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--choices", default=None, metavar="FILE",
                    help="pin dtype and kernel routes from FILE, or write this run's there when it does not exist "
                         "(core/models/choices.py; also $EAGLE_CHOICES)")
+    p.add_argument("--attention", default=None, choices=["auto", "invariant", "sdpa"],
+                   help="the target's attention: sdpa (default; $EAGLE_ATTENTION), invariant or auto (docs/trust.md)")
     return p.parse_args(argv)
 
 
@@ -200,9 +202,10 @@ def validate(a: argparse.Namespace) -> Plan:
 
 
 def load_stack(model: str | None, head: str | None, device: str | None, dtype: str | None,
-               trust_remote_code: bool = False):
+               trust_remote_code: bool = False, attention: str | None = None):
     """(target, tokenizer, baseline, eagle, loader name) from core.pipeline.build_decoders, as the app loads them."""
-    return (*pipeline.build_decoders(model, head, device, dtype, trust_remote_code=trust_remote_code),
+    return (*pipeline.build_decoders(model, head, device, dtype, trust_remote_code=trust_remote_code,
+                                     attention=attention),
             "core.pipeline.build_decoders")
 
 
@@ -409,7 +412,8 @@ def bench(a: argparse.Namespace, plan: Plan) -> dict:
     if a.threads:
         torch.set_num_threads(a.threads)
     target, tok, baseline, eagle, loader = load_stack(a.model, a.head, a.device, a.dtype,
-                                                      getattr(a, "trust_remote_code", False))
+                                                      getattr(a, "trust_remote_code", False),
+                                                      getattr(a, "attention", None))
     prompts = [prompt.encode_prompt(tok, q["turns"][0], "raw" if a.raw else "auto") for q in questions]
     calibration_ids = prompt.encode_prompt(tok, CALIBRATION_PROMPT, "raw" if a.raw else "auto")
     if plan.tree is None and not uses_run_tree(plan):  # nothing drafts with auto's tree: skip its calibration

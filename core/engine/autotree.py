@@ -220,6 +220,16 @@ def plan_tree(cal: Calibration, profile: dict[int, float], top_k: int, lookup: i
     return AutoTreeReport(best, profile, best_expected, best_draft, c)
 
 
+def exact_sizes(target: Target, sizes=SIZES, lookup: int = 0) -> tuple[int, ...]:
+    """The tree sizes whose verify (plus a `lookup` chain) stays within the rows the target reproduces bit for bit
+    (`exact_rows`, probed at start-up: core/models/invariance.py), so a run planned here stays bit-exact; all of
+    `sizes` where the target has no such limit (SDPA). The root alone is always kept."""
+    width = getattr(target, "exact_rows", 0) or 0
+    if not width:
+        return tuple(sizes)
+    return tuple(n for n in sizes if n == 1 or n + lookup <= width) or (1,)
+
+
 def choose_tree(decoder: Eagle2Decoder, prompt_ids: list[int], depth: int = 6, top_k: int = 8,
                 max_new_tokens: int = 64, sizes=SIZES, sampling: SamplingConfig | None = None,
                 lookup: int = TreeConfig().lookup) -> AutoTreeReport:
@@ -227,6 +237,7 @@ def choose_tree(decoder: Eagle2Decoder, prompt_ids: list[int], depth: int = 6, t
     generation at the run's own `sampling` (greedy when None; acceptance at T=1 is far below greedy's, so a greedy
     calibration would oversize a sampled run's tree) and a verify-latency profile of this machine."""
     sampling = sampling or SamplingConfig()
+    sizes = exact_sizes(decoder.target, sizes, lookup)
     big = TreeConfig(total_tokens=max(sizes), depth=depth, top_k=top_k, lookup=lookup)
     cal = calibrate(decoder, prompt_ids, big, max_new_tokens, sampling)
     return plan_tree(cal, verify_profile(decoder.target, sizes), top_k, lookup, plan_lookup=not sampling.greedy)
@@ -237,6 +248,7 @@ def plan_regimes(decoder: Eagle2Decoder, prompt_ids: list[int], depth: int = 6, 
                  seed: int = 0) -> tuple[TreePlan, dict[str, AutoTreeReport]]:
     """`auto` for a server that takes both greedy and sampled requests: one verify profile of this machine, then one
     calibration per regime (greedy, and sampled at T=1), each planned by `plan_tree` as `choose_tree` would."""
+    sizes = exact_sizes(decoder.target, sizes, lookup)
     profile = verify_profile(decoder.target, sizes)
     big = TreeConfig(total_tokens=max(sizes), depth=depth, top_k=top_k, lookup=lookup)
     reports = {}

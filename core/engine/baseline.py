@@ -10,7 +10,7 @@ import torch
 
 from core.engine import kv_cache
 from core.engine.config import DecodeConfig
-from core.engine.contract import Target
+from core.engine.contract import Target, bit_exact
 from core.engine.events import StepEvent
 from core.engine.sampling import margin_fields, new_generator, pick
 from core.engine.timing import now
@@ -43,7 +43,7 @@ class BaselineDecoder:
                 done = (cfg.stop_on_eos and tok in tgt.eos_ids) or step + 1 == cfg.max_new_tokens
                 yield StepEvent(step=step, method=self.method, new_token_ids=(tok,), verify_ms=(t1 - t0) * 1e3,
                                 step_ms=(t2 - t0) * 1e3,
-                                finished=done, **margin_fields([top]))
+                                finished=done, bit_exact=bit_exact(tgt, 1), **margin_fields([top]))
                 if done or (should_stop and should_stop()):
                     return
                 ids = torch.tensor([[tok]], device=tgt.device)

@@ -40,6 +40,22 @@ class Target(Protocol):
         """(N, H) verify features -> their LM-head rows, now or on demand (core/engine/tree_logits.py `TreeLogits`)."""
 
 
+def bit_exact(target: Any, rows: int) -> bool | None:
+    """Whether a forward of `rows` new tokens after the prefill reproduces one-token steps bit for bit on `target`:
+    its `exact_rows` (the row-invariant attention's probed width, 0 without it; core/models/target.py) covers them.
+    None for a target that does not say (test fakes). A prompt's prefill is the same forward in every decoder, so
+    a prefill counts as one row."""
+    width = getattr(target, "exact_rows", None)
+    return None if width is None else 1 <= rows <= width
+
+
+def chain_room(target: Any, total_tokens: int) -> int | None:
+    """The longest context-lookup chain that keeps a verify of `total_tokens` head nodes within the target's exact
+    rows; None when there is no such limit (SDPA, a test fake, or a tree already wider than the exact rows)."""
+    width = getattr(target, "exact_rows", 0) or 0
+    return width - total_tokens if width >= total_tokens else None
+
+
 @dataclass
 class DraftPool:
     """All candidate nodes of one step (root at 0), before the rerank."""

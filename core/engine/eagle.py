@@ -19,7 +19,7 @@ import torch
 
 from core.engine import kv_cache, tree
 from core.engine.config import DecodeConfig, all_finite, check_finite
-from core.engine.contract import Drafter, Target
+from core.engine.contract import Drafter, Target, bit_exact, chain_room
 from core.engine.lookup import context_draft, copied
 from core.engine.events import StepEvent, TreeNode
 from core.engine.sampling import Peak, finite, margin_fields, new_generator, peak, pick, target_probs
@@ -67,14 +67,16 @@ class Eagle2Decoder:
             history = list(prompt_ids) + [root]  # what context lookup searches
             yield StepEvent(0, self.method, (root,), verify_ms=(t1 - t0) * 1e3, draft_ms=(t3 - t2) * 1e3,
                             step_ms=(t3 - t0) * 1e3, draft_forwards=n_commit, finished=done, note=self.note,
-                            **margin_fields([top]))
+                            bit_exact=bit_exact(tgt, 1), **margin_fields([top]))
             step, copying, chain_len = 0, False, cfg.tree.lookup
+            room = chain_room(tgt, cfg.tree.total_tokens)  # exact mode: a verify stays within the probed rows
             while not done and not (should_stop and should_stop()):
                 step += 1
                 t0 = now(tgt.device)
                 # 1. draft: grow the candidate pool, keep the best total_tokens nodes (parents always kept); while
                 #    the last step accepted copied tokens, the lookup chain drafts alone (no head pass)
-                chain = context_draft(history, min(chain_len, max(cfg.tree.lookup, cfg.max_new_tokens - produced)))
+                reach = min(chain_len, max(cfg.tree.lookup, cfg.max_new_tokens - produced))
+                chain = context_draft(history, reach if room is None else min(reach, room))
                 proposing = drafting and not (chain and copying)
                 n_commit = self._read(dstate, pending) if proposing else 0  # the head catches up in one pass
                 pool = dr.propose(dstate, root, cfg.tree) if proposing else None
@@ -128,7 +130,7 @@ class Eagle2Decoder:
                 yield StepEvent(step, self.method, tuple(new), nodes, tuple(path),
                                 draft_ms=(t_grown - t0) * 1e3, verify_ms=verify_ms,
                                 step_ms=(t5 - t0) * 1e3, finished=done, note=note,
-                                draft_forwards=passes + n_commit,
+                                draft_forwards=passes + n_commit, bit_exact=bit_exact(tgt, len(tokens)),
                                 **margin_fields(tops))
         finally:
             kv_cache.free(cache)  # the drafter's per-call state (dstate) goes with this frame

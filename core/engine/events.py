@@ -42,6 +42,9 @@ class StepEvent:
     # sampled (sampled runs are not compared token by token)
     margins: tuple[float, ...] = ()
     top_logits: tuple[float, ...] = ()
+    # whether this forward's rows equal one-token steps bit for bit in the dtype (the target's row-invariant attention
+    # and a verify within its probed rows, core/models/invariance.py); None when the target does not say
+    bit_exact: bool | None = None
 
     @property
     def accepted_drafts(self) -> int:
@@ -78,6 +81,9 @@ class RunStats:
     step_split_ms: tuple[float, float, float] = (0.0, 0.0, 0.0)
     accepted_lookup: int = 0  # accepted drafts copied from the context; accepted_drafts - this came from the head
     loop_period: int | None = None  # the output ends in a loop of this period (core/engine/loops.py), else None
+    # every forward of the run reproduced plain decoding's one-token steps bit for bit in its dtype (invariant
+    # attention, verifies within the probed rows, a supported family); None when the target does not say
+    bit_exact: bool | None = None
 
     @property
     def accepted_head(self) -> int:
@@ -148,7 +154,16 @@ def summarize(events: list[StepEvent] | tuple[StepEvent, ...]) -> RunStats:
         step_split_ms=split,
         accepted_lookup=sum(e.accepted_lookup for e in verify_steps),
         loop_period=loop_period([t for e in events for t in e.new_token_ids]),
+        bit_exact=run_bit_exact(events),
     )
+
+
+def run_bit_exact(events: list[StepEvent]) -> bool | None:
+    """True when every forward of the run was bit-exact, False when one was not, None when a step did not say."""
+    flags = [e.bit_exact for e in events]
+    if not flags or None in flags:
+        return None
+    return all(flags)
 
 
 class Decoder(Protocol):

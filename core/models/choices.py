@@ -12,8 +12,10 @@ runs whichever path timing noise picked. A choices file fixes them:
     EAGLE_CHOICES=run.json python -m core.bench ...   # the same through the environment (any entry point)
 
 The file is JSON: {"dtype", "lm_head", "lazy_rows", "body_onednn_rows", "draft_head", "draft_onednn_rows",
-"medusa_head"}; a key left out is timed. Pins apply on CPU only (elsewhere nothing is timed). Every result records
-the choices in force (`describe`): the bench JSON's config, `/run`'s result and the app's info line.
+"medusa_head", "attention", "invariant_rows"}; a key left out is timed (`invariant_rows`: probed,
+core/models/invariance.py; `attention`: the one in force, sdpa or invariant, used when no --attention is given).
+Pins apply on CPU only (elsewhere nothing is timed). Every result records the choices in force (`describe`): the
+bench JSON's config, `/run`'s result and the app's info line.
 """
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ from pathlib import Path
 from typing import Callable
 
 ENV = "EAGLE_CHOICES"
-KEYS = ("dtype", "lm_head", "lazy_rows", "body_onednn_rows", "draft_head", "draft_onednn_rows", "medusa_head")
+KEYS = ("dtype", "lm_head", "lazy_rows", "body_onednn_rows", "draft_head", "draft_onednn_rows", "medusa_head",
+        "attention", "invariant_rows")
+ATTENTIONS = ("sdpa", "invariant")  # the attention in force (core/models/target.py TargetModel.use_attention)
 DTYPES = ("bfloat16", "float32", "float16")
 
 _path: Path | None = None  # the choices file in use (set by use(), or EAGLE_CHOICES on first need)
@@ -57,6 +61,10 @@ def read(path: Path) -> dict:
             raise ValueError(f"choices file {path}: {k} must be a kernel name")
     if "lazy_rows" in pins and not isinstance(pins["lazy_rows"], bool):
         raise ValueError(f"choices file {path}: lazy_rows must be true or false")
+    if "attention" in pins and pins["attention"] not in ATTENTIONS:
+        raise ValueError(f"choices file {path}: attention must be one of {', '.join(ATTENTIONS)}")
+    if "invariant_rows" in pins and not (type(pins["invariant_rows"]) is int and pins["invariant_rows"] >= 0):
+        raise ValueError(f"choices file {path}: invariant_rows must be a row count")
     for k in ("body_onednn_rows", "draft_onednn_rows"):
         if k in pins and not (isinstance(pins[k], list) and all(type(r) is int and r > 0 for r in pins[k])):
             raise ValueError(f"choices file {path}: {k} must be a list of row counts")
@@ -98,7 +106,12 @@ def describe(target, drafter=None) -> dict:
     rows and layer routes when it has them), plus `source`: the record every result carries."""
     out = {"dtype": str(getattr(target, "dtype", "")).removeprefix("torch."),
            "lm_head": getattr(target, "head_kernel", None), "lazy_rows": getattr(target, "lazy_rows", None),
-           "body_onednn_rows": sorted(getattr(target, "onednn_rows", ()) or ())}
+           "body_onednn_rows": sorted(getattr(target, "onednn_rows", ()) or ()),
+           "attention": getattr(target, "attention", None)}
+    if out["attention"] == "invariant":  # the start-up probe's answer (core/models/invariance.py)
+        out["invariant_rows"] = getattr(target, "exact_rows", 0)
+    if getattr(target, "attention_note", ""):
+        out["attention_note"] = target.attention_note
     if drafter is not None and getattr(drafter, "kind", "") == "medusa":
         out["medusa_head"] = getattr(drafter, "head_kernel", None)
     elif drafter is not None:
@@ -120,8 +133,13 @@ def save(target, drafter=None) -> Path | None:
 
 
 def short(d: dict) -> str:
-    """One line for the app's info line: "bf16 · LM head onednn · body oneDNN at 1,2,4 rows · pinned"."""
+    """One line for the app's info line: "kernels: LM head onednn · body oneDNN at 1,2,4 rows · attention invariant,
+    bit-exact up to 64 rows · pinned"."""
     rows = d.get("body_onednn_rows") or []
     parts = [f"LM head {d.get('lm_head')}" + (" (rows on demand)" if d.get("lazy_rows") else ""),
              f"body oneDNN at {','.join(map(str, rows))} rows" if rows else "body plain"]
+    if d.get("attention") == "invariant":
+        parts.append(f"attention invariant, bit-exact up to {d.get('invariant_rows')} rows")
+    elif d.get("attention_note"):
+        parts.append(d["attention_note"])
     return "kernels: " + " · ".join(parts) + (" · pinned" if d.get("source", "").startswith("pinned") else " · timed")

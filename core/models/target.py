@@ -15,13 +15,19 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Cache, PreTrainedModel
 
 from core.models import choices
-from core.models import kernels
-from core.engine import kv_cache
+from core.models import invariance, kernels
+from core.engine import attention, kv_cache
 from core.models.presets import get_preset
 from core.engine.tree_logits import TreeLogits
 from core.models.weights import default_model_dir
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"  # a chat model; core/models/presets.py lists it first
+ATTENTION_MODES = ("auto", "invariant", "sdpa")  # --attention / $EAGLE_ATTENTION; sdpa is the default
+ATTENTION_ENV = "EAGLE_ATTENTION"
+# model families whose attention calls transformers' interface with the (1, 1, T, S) masks this adapter builds, and
+# whose bf16 tree verifies the tests check bit for bit against one-token steps (tests/test_invariant_attention.py)
+INVARIANT_FAMILIES = ("llama", "qwen2", "gemma3_text")
+AUTO_MIN_ROWS = 16  # `auto` keeps the invariant attention only where the probe covers the engine's default tree
 
 
 @dataclass
@@ -51,6 +57,9 @@ class TargetModel:
         self.onednn_rows: frozenset[int] = frozenset()  # row counts whose forwards take the oneDNN route
         self.accelerated = False
         self.dtype_timing: dict[str, float] | None = None  # set by load_target when it timed bf16 against fp32
+        # the attention in force ("sdpa" or "invariant", core/engine/attention.py) and the widest verify (rows) whose
+        # every row equals a one-token step bit for bit in this dtype: 0 unless the invariant attention runs
+        self.attention, self.exact_rows, self.attention_note = "sdpa", 0, ""
 
     def accelerate(self, pinned: dict | None = None) -> "TargetModel":
         """The acceleration step, run once by the product after loading (load_target) and never inside a
@@ -75,6 +84,38 @@ class TargetModel:
             self.onednn_rows = self._time_body()  # empty while _time_body's own forwards run
         head_w, head_kept = self.lm_head_weight, self.head_kernel == "onednn"
         self.packed.discard(keep=lambda w: head_kept if w is head_w else bool(self.onednn_rows))
+        return self
+
+    def use_attention(self, mode: str = "sdpa", pinned_rows: int | None = None) -> "TargetModel":
+        """Select the attention: "sdpa" (transformers' SDPA, today's behaviour), "invariant" (the row-invariant
+        attention, core/engine/attention.py; ValueError where this model's family is not supported) or "auto" (the
+        invariant one where supported, else SDPA). With the invariant attention the start-up probe
+        (core/models/invariance.py; `pinned_rows` instead when a choices file pinned it) finds up to how many rows a
+        verify reproduces one-token steps here: `exact_rows`. Where the kernels are invariant at fewer than 2 rows
+        ("auto": fewer than AUTO_MIN_ROWS, the engine's default tree) the target falls back to SDPA and
+        `attention_note` says which kernel. Run after `accelerate()`: the probe uses
+        the kernel routes it chose. Returns the target."""
+        if mode not in ATTENTION_MODES:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTION_MODES)}, got {mode!r}")
+        self.model.set_attn_implementation("sdpa")
+        self.attention, self.exact_rows, self.attention_note = "sdpa", 0, ""
+        family = getattr(self.config, "model_type", "")
+        if mode == "sdpa":
+            return self
+        if family not in INVARIANT_FAMILIES:
+            if mode == "invariant":
+                raise ValueError(f"--attention invariant: model family {family!r} is not supported "
+                                 f"({', '.join(INVARIANT_FAMILIES)}); use auto or sdpa")
+            self.attention_note = f"invariant attention not available for {family!r}: SDPA"
+            return self
+        self.model.set_attn_implementation(attention.register())
+        found = invariance.Invariance(pinned_rows) if pinned_rows is not None else invariance.probe(self)
+        if found.rows < (AUTO_MIN_ROWS if mode == "auto" else 2):
+            self.model.set_attn_implementation("sdpa")
+            self.attention_note = f"kernels not row-invariant here past {found.rows} rows ({found.broken}): SDPA"
+            return self
+        self.attention, self.exact_rows = "invariant", found.rows
+        self.attention_note = found.describe()
         return self
 
     def _time_lm_head(self) -> tuple[str, bool]:
@@ -115,7 +156,8 @@ class TargetModel:
 
     def kernel_choices(self) -> dict:
         """What start-up timing chose here, for a bench record: the LM-head kernel, rows on demand, the row counts
-        whose forwards take the oneDNN route, and how many weights stayed packed."""
+        whose forwards take the oneDNN route, and how many weights stayed packed (the attention in force and its
+        exact rows are in `choices.describe`)."""
         return {"lm_head": self.head_kernel, "lazy_rows": self.lazy_rows,
                 "body_onednn_rows": sorted(self.onednn_rows), "packed_weights": len(self.packed)}
 
@@ -279,10 +321,20 @@ def resolve_model(name: str | None) -> str:
     return name
 
 
+def attention_mode(name: str | None = None) -> str:
+    """The attention asked for: `name` (a flag), else the choices file's pin, else $EAGLE_ATTENTION, else "sdpa"."""
+    mode = name or choices.pinned("attention") or os.environ.get(ATTENTION_ENV) or "sdpa"
+    if mode not in ATTENTION_MODES:
+        raise ValueError(f"attention must be one of {', '.join(ATTENTION_MODES)}, got {mode!r}")
+    return mode
+
+
 def load_target(
-    name: str | None = None, device: str | None = None, dtype: str | None = None, trust_remote_code: bool = False
+    name: str | None = None, device: str | None = None, dtype: str | None = None, trust_remote_code: bool = False,
+    attention: str | None = None,
 ) -> tuple[TargetModel, object]:
-    """Load (TargetModel, tokenizer). Hub ids download only when the user names them (needs network)."""
+    """Load (TargetModel, tokenizer). Hub ids download only when the user names them (needs network). `attention`:
+    auto | invariant | sdpa (`attention_mode`; TargetModel.use_attention)."""
     path = resolve_model(name)
     dev = pick_device(device)
     timing = None
@@ -299,5 +351,6 @@ def load_target(
     model.eval()
     tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     target = TargetModel(model, name=name or DEFAULT_MODEL).accelerate()  # the acceleration step (CPU)
+    target.use_attention(attention_mode(attention), choices.pinned("invariant_rows"))
     target.dtype_timing = timing
     return target, tok
