@@ -24,8 +24,8 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -62,8 +62,7 @@ KEYS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "
 INIT_STD = 0.3  # fp32 identity runs: decisive logits (the stock 0.02 makes every logit a near tie)
 
 
-@dataclass(frozen=True)
-class Sizes:
+class Sizes(NamedTuple):
     """How much each phase does: the GPU's full run, or the CPU dry run's reduced one."""
 
     tokens: int  # new tokens per end-to-end run
@@ -78,17 +77,17 @@ DRY = Sizes(12, 16, (1, 4, 16), 2, True)
 CARD_TREE = (16, 6, 6)  # the tree every shipped card's tau was measured at (total tokens, depth, top-k)
 
 
-@dataclass
 class Report:
     """What the run found: environment, tests, per-architecture timings, predictions and the failures."""
 
-    device: str
-    env: dict = field(default_factory=dict)
-    tests: dict = field(default_factory=dict)
-    archs: dict = field(default_factory=dict)
-    predictions: list = field(default_factory=list)
-    failures: list = field(default_factory=list)
-    wall_s: float = 0.0
+    def __init__(self, device: str):
+        self.device = device
+        self.env: dict = {}
+        self.tests: dict = {}
+        self.archs: dict = {}
+        self.predictions: list = []
+        self.failures: list = []
+        self.wall_s = 0.0
 
 
 class Budget:
@@ -149,7 +148,7 @@ def _installed(name: str) -> bool:
 def pytest_counts(text: str) -> dict[str, int]:
     """The counts of pytest's summary line ("3 passed, 1 skipped, 27 deselected in 9.1s"; "27 tests collected")."""
     counts = {k: 0 for k in ("passed", "failed", "error", "skipped", "deselected", "collected")}
-    for n, what in re.findall(r"(\d+) (passed|failed|errors?|skipped|deselected|tests? collected)", text):
+    for n, what in re.findall(r"(\d+)(?:/\d+)? (passed|failed|errors?|skipped|deselected|tests? collected)", text):
         key = "error" if what.startswith("error") else "collected" if "collected" in what else what
         counts[key] += int(n)
     return counts
