@@ -402,7 +402,7 @@ def predict(card: dict, result: dict) -> dict:
 # ------------------------------------------------------------------------------------------ the run
 
 
-TEST_SHARE = 0.45  # at most this share of the budget for the cuda tests; the timings take the rest
+TEST_SHARE = 0.55  # at most this share of the budget for the cuda tests; the timings take the rest
 TEST_FLOOR_S = 60.0  # but never less: pytest's start alone (torch, transformers) can take half a minute
 
 
