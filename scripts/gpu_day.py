@@ -256,14 +256,13 @@ def cards() -> list[dict]:
     return out
 
 
-def drafter_for(card: dict | None, target, reduced: bool):
-    """A random-weight drafter shaped like a shipped head (its config.json), or the official EAGLE head of the 8B
-    target when `card` is None; reduced sizes follow the dry run's target."""
+def head_for(card: dict | None, target, reduced: bool):
+    """A random-weight head shaped like a shipped one (its config.json), or the official EAGLE head of the 8B target
+    when `card` is None; reduced sizes follow the dry run's target."""
     import torch
 
     from core.drafters.draft_head import HeadConfig, init_head
-    from core.drafters.eagle import EagleDrafter
-    from core.drafters.medusa import MedusaConfig, MedusaDrafter, init_medusa_head
+    from core.drafters.medusa import MedusaConfig, init_medusa_head
 
     h, v = target.hidden_size, target.vocab_size
     cfg = (card or {}).get("config", {})
@@ -271,14 +270,14 @@ def drafter_for(card: dict | None, target, reduced: bool):
     ids = torch.arange(draft) if draft else None
     if card and card["kind"] == "medusa":
         c = MedusaConfig(h, v, num_heads=int(cfg.get("medusa_num_heads", 5)), draft_vocab_size=draft)
-        return MedusaDrafter(init_medusa_head(c, ids), target)
+        return init_medusa_head(c, ids)
     if reduced:
         c = HeadConfig.for_target(h, v, draft)
     elif card is None:
         c = HeadConfig(**BIG_HEAD)
     else:
         c = HeadConfig.from_json(cfg)
-    return EagleDrafter(init_head(c, ids, seed=1), target)
+    return init_head(c, ids, seed=1)
 
 
 # ------------------------------------------------------------------------------------------ measuring
@@ -307,24 +306,24 @@ def fp32_identity(cfg: dict, device: str, sizes: Sizes, card: dict | None) -> di
     import torch
 
     from core.engine.baseline import BaselineDecoder
-    from core.engine.eagle import Eagle2Decoder
+    from core.pipeline import decoder_for
 
     target = build_target(cfg, device, torch.float32, std=INIT_STD)
     prompt = prompt_ids(target.vocab_size, sizes.prefix)
     want = ids_of(decode(BaselineDecoder(target), prompt, sizes.tokens))
-    got = ids_of(decode(Eagle2Decoder(target, drafter_for(card, target, sizes.reduced)), prompt, sizes.tokens))
+    got = ids_of(decode(decoder_for(head_for(card, target, sizes.reduced), target), prompt, sizes.tokens))
     first = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), None)
     return {"identical": got == want, "tokens": len(want), "distinct_tokens": len(set(want)), "first_mismatch": first}
 
 
-def race(target, drafter, prompt: list[int], tokens: int, tree: tuple[int, int, int]) -> dict:
-    """Plain decoding against EAGLE-2 on one target (after a short warm-up of each): step costs, tau, speedup, and
-    whether a divergence is a near tie (core/engine/exactness.py)."""
+def race(target, head, prompt: list[int], tokens: int, tree: tuple[int, int, int]) -> dict:
+    """Plain decoding against EAGLE-2 with `head` on one target (after a short warm-up of each): step costs, tau,
+    speedup, and whether a divergence is a near tie (core/engine/exactness.py)."""
     from core.engine.baseline import BaselineDecoder
-    from core.engine.eagle import Eagle2Decoder
     from core.engine.exactness import divergence_of
+    from core.pipeline import decoder_for
 
-    base_dec, eagle_dec = BaselineDecoder(target), Eagle2Decoder(target, drafter)
+    base_dec, eagle_dec = BaselineDecoder(target), decoder_for(head, target)
     decode(base_dec, prompt, 4, tree), decode(eagle_dec, prompt, 4, tree)  # warm-up: kernels, allocator
     base, eagle = decode(base_dec, prompt, tokens, tree), decode(eagle_dec, prompt, tokens, tree)
     steps = [e for e in eagle if e.step > 0]
@@ -333,7 +332,7 @@ def race(target, drafter, prompt: list[int], tokens: int, tree: tuple[int, int, 
     other = max(med([e.step_ms - e.draft_ms - e.verify_ms for e in steps]), 0.0)
     tps = lambda ev: sum(len(e.new_token_ids) for e in ev) / max(sum(e.step_ms for e in ev) / 1e3, 1e-9)  # noqa: E731
     div = divergence_of(base, eagle, target.dtype)
-    return {"kind": drafter.kind, "tree": list(tree), "plain_step_ms": med([e.step_ms for e in base if e.step > 0]),
+    return {"kind": eagle_dec.drafter.kind, "tree": list(tree), "plain_step_ms": med([e.step_ms for e in base if e.step > 0]),
             "draft_ms": draft, "verify_ms": verify, "other_ms": other, "tau": len(ids_of(eagle)) / max(len(eagle), 1),
             "baseline_tokens_per_s": tps(base), "eagle_tokens_per_s": tps(eagle),
             "measured_speedup": tps(eagle) / max(tps(base), 1e-9), "identical": ids_of(base) == ids_of(eagle),
@@ -356,7 +355,7 @@ def time_arch(name: str, device: str, sizes: Sizes, heads: list[dict]) -> dict:
     out["verify_ms"] = {str(k): v for k, v in verify_profile(target, sizes.verify_sizes, sizes.prefix,
                                                              sizes.rounds).items()}
     prompt = prompt_ids(target.vocab_size, sizes.prefix)
-    out["races"] = {(h["head"] if h else "eagle-official-size"): race(target, drafter_for(h, target, sizes.reduced),
+    out["races"] = {(h["head"] if h else "eagle-official-size"): race(target, head_for(h, target, sizes.reduced),
                                                                       prompt, sizes.tokens, CARD_TREE)
                     for h in (heads or [None])}
     del target
