@@ -97,10 +97,12 @@ class Budget:
         self.end = time.perf_counter() + seconds
 
     def left(self) -> float:
+        """Seconds left (negative once spent)."""
         return self.end - time.perf_counter()
 
 
 def parse_args(argv: list[str] | None):
+    """The flags; ValueError (one line) for a device or architecture this does not know."""
     p = Parser(prog="gpu_day", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (the dry run, reduced sizes)")
     p.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "artifacts" / "gpu_day"))
@@ -137,6 +139,7 @@ def environment(device: str) -> dict:
 
 
 def _installed(name: str) -> bool:
+    """Whether `name` can be found without importing it (False where it is blocked or absent)."""
     import importlib.util
 
     try:
@@ -298,6 +301,7 @@ def decode(decoder, prompt: list[int], tokens: int, tree: tuple[int, int, int] =
 
 
 def ids_of(events: list) -> list[int]:
+    """Every new token id of a decode, in order."""
     return [t for e in events for t in e.new_token_ids]
 
 
@@ -316,6 +320,16 @@ def fp32_identity(cfg: dict, device: str, sizes: Sizes, card: dict | None) -> di
     return {"identical": got == want, "tokens": len(want), "distinct_tokens": len(set(want)), "first_mismatch": first}
 
 
+def median(xs: list[float]) -> float:
+    """The median, 0 for no values."""
+    return statistics.median(xs) if xs else 0.0
+
+
+def tokens_per_s(events: list) -> float:
+    """New tokens over the compute time core measured for them."""
+    return sum(len(e.new_token_ids) for e in events) / max(sum(e.step_ms for e in events) / 1e3, 1e-9)
+
+
 def race(target, head, prompt: list[int], tokens: int, tree: tuple[int, int, int]) -> dict:
     """Plain decoding against EAGLE-2 with `head` on one target (after a short warm-up of each): step costs, tau,
     speedup, and whether a divergence is a near tie (core/engine/exactness.py)."""
@@ -327,15 +341,15 @@ def race(target, head, prompt: list[int], tokens: int, tree: tuple[int, int, int
     decode(base_dec, prompt, 4, tree), decode(eagle_dec, prompt, 4, tree)  # warm-up: kernels, allocator
     base, eagle = decode(base_dec, prompt, tokens, tree), decode(eagle_dec, prompt, tokens, tree)
     steps = [e for e in eagle if e.step > 0]
-    med = lambda xs: statistics.median(xs) if xs else 0.0  # noqa: E731
-    draft, verify = med([e.draft_ms for e in steps]), med([e.verify_ms for e in steps])
-    other = max(med([e.step_ms - e.draft_ms - e.verify_ms for e in steps]), 0.0)
-    tps = lambda ev: sum(len(e.new_token_ids) for e in ev) / max(sum(e.step_ms for e in ev) / 1e3, 1e-9)  # noqa: E731
+    draft, verify = median([e.draft_ms for e in steps]), median([e.verify_ms for e in steps])
+    other = max(median([e.step_ms - e.draft_ms - e.verify_ms for e in steps]), 0.0)
     div = divergence_of(base, eagle, target.dtype)
-    return {"kind": eagle_dec.drafter.kind, "tree": list(tree), "plain_step_ms": med([e.step_ms for e in base if e.step > 0]),
+    return {"kind": eagle_dec.drafter.kind, "tree": list(tree),
+            "plain_step_ms": median([e.step_ms for e in base if e.step > 0]),
             "draft_ms": draft, "verify_ms": verify, "other_ms": other, "tau": len(ids_of(eagle)) / max(len(eagle), 1),
-            "baseline_tokens_per_s": tps(base), "eagle_tokens_per_s": tps(eagle),
-            "measured_speedup": tps(eagle) / max(tps(base), 1e-9), "identical": ids_of(base) == ids_of(eagle),
+            "baseline_tokens_per_s": tokens_per_s(base), "eagle_tokens_per_s": tokens_per_s(eagle),
+            "measured_speedup": tokens_per_s(eagle) / max(tokens_per_s(base), 1e-9),
+            "identical": ids_of(base) == ids_of(eagle),
             "divergence_near_tie": None if div is None else bool(div.near_tie)}
 
 
@@ -462,6 +476,7 @@ def text(report: Report) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the check, write the report, print its text; 0 when everything passed, 1 on a failure, 2 on bad input."""
     try:
         a = parse_args(argv)
     except ValueError as e:

@@ -82,6 +82,7 @@ def serve(port: int, models: list[str], max_loaded: int, presets: bool) -> None:
 
 
 def rss_mb(pid: int) -> float:
+    """A process's resident memory, MB (/proc)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
@@ -89,12 +90,14 @@ def rss_mb(pid: int) -> float:
 
 
 def free_port() -> int:
+    """A loopback port nothing listens on."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 def normal_request(i: int, k: int) -> tuple:
+    """Normal client i's k-th greedy /run request (the prompt rotates with i + k)."""
     return (PROMPTS[(i + k) % len(PROMPTS)], NEW_TOKENS, 0.0, 1.0, 0, 16, 6, 6, 10)
 
 
@@ -117,6 +120,7 @@ class Counter:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
+    """The flags; the models to serve (tiny ones, or --presets) and how many stay loaded."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=int, default=200, help="total requests (normal + hostile), at least 40")
     p.add_argument("--json", default=None, help="write the report here")
@@ -167,6 +171,7 @@ class Load:
         self.run_index = next(d["id"] for d in deps if d.get("api_name") == "run")
 
     def note(self, kind: str) -> None:
+        """Count one call; the server's memory is read after the 10th."""
         if self.count.add(kind) == 10:
             self.mem["after_10"] = rss_mb(self.server.pid)
 
@@ -301,6 +306,7 @@ def passed(report: dict, requests: int) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The server child (--serve), or the whole run: expectations, the server, the load, the report; 0 on a pass."""
     a = parse(argv)
     presets = bool(a.presets)
     if a.serve:
