@@ -112,3 +112,21 @@ def test_twelve_concurrent_sessions(url):
     assert after.predict(*request(0), api_name="/run")["eagle_token_ids"] == expected[0]["eagle_token_ids"]
     for c in clients + [after]:
         c.close()
+
+
+def test_mixed_model_hostile_load(tmp_path):
+    """scripts/load_test.py over three tiny models with two kept loaded (so bundles are dropped and reloaded under
+    load), beside the hostile mix: every client's output equals its own model's sequential run and names that model,
+    the hostile calls are answered, memory stays within the bound, and the server answers every model afterwards."""
+    from conftest import load_script
+
+    out = tmp_path / "mixed.json"
+    rc = load_script("load_test").main(["--models", "3", "--max-loaded", "2", "--requests", "40", "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert rc == 0, report
+    assert report["models"] == ["tiny-llama", "tiny-a", "tiny-b"] and report["max_loaded_models"] == 2
+    assert report["clients_per_model"] == {"tiny-llama": 3, "tiny-a": 3, "tiny-b": 2}
+    assert report["normal_outputs_equal_sequential"] and report["requests_on_another_model"] == []
+    assert report["by_kind"]["normal"] == 8 * report["normal_requests_each"] and report["errors"] == []
+    assert report["by_kind"]["oversized"] > 0 and report["by_kind"]["flood"] > 0 and report["answers_after"]
+    assert report["rss_within_bound"] and report["rss_mb_after_all"] <= report["rss_bound_mb"]
