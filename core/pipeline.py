@@ -103,8 +103,8 @@ def build_decoders(
         check_head_path(head)
     if choices_file:
         choices.use(choices_file)
-    target, tokenizer = load_target(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                                    attention=attention)
+    asked = {"attention": attention} if attention is not None else {}  # None: load_target's own default rule
+    target, tokenizer = load_target(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, **asked)
     eagle = decoder_for(build_head(target, head, model), target)  # ValueError on hidden/vocab mismatch
     choices.save(target, eagle.drafter)  # a choices file named but not yet written gets this run's (core/models/choices.py)
     return target, tokenizer, BaselineDecoder(target), eagle

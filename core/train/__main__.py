@@ -260,8 +260,8 @@ def main(argv: list[str] | None = None) -> int:
                     p_weight=a.p_weight, seed=a.seed, max_len=a.max_len, answer_only=not a.loss_on_prompt,
                     warmup_share=a.warmup_share, schedule=a.schedule, save_every_s=60 * a.save_every_min,
                     eval_every=a.eval_every)
-    in_vocab = None
-    if a.draft_vocab and a.head_type != "medusa":
+    in_vocab = None  # (V,) bool over the draft vocabulary; a Medusa head's losses do not read it
+    if a.draft_vocab:
         in_vocab = torch.zeros(target.vocab_size, dtype=torch.bool)
         in_vocab[head.vocab_ids] = True
     save = kind.save
