@@ -148,6 +148,8 @@ def index(results: Path) -> str:
                 what = "scripts/measure_defaults.py: README's table rows, the app's settings and the bench commands"
             elif isinstance(data, dict) and "engine" in data:
                 what = f"scripts/vllm_side.py: {data.get('engine')} {data.get('version', '')} on {data.get('model', '?')}"
+            elif isinstance(data, dict) and isinstance(data.get("what"), str):  # a file that says what it is
+                what = data["what"]
             elif isinstance(data, list) and data and all(isinstance(r, dict) and "tokens_seen" in r for r in data):
                 what = f"scripts/head_curve.py: τ against training data, {len(data)} heads and snapshots from their cards"
             else:

@@ -69,7 +69,9 @@ def test_index_names_what_each_kind_of_file_is(tmp_path):
     (tmp_path / "curve.json").write_text(json.dumps([{"head": "h", "tokens_seen": 10, "tau_t0": 1.5}]))
     (tmp_path / "vllm.json").write_text(json.dumps({"engine": "vllm", "version": "0.32.0", "model": "m"}))
     (tmp_path / "other.json").write_text(json.dumps([1, 2]))
+    (tmp_path / "round.json").write_text(json.dumps({"what": "a round's held-out curves", "run": {}}))
     text = index(tmp_path)
+    assert "| round.json | a round's held-out curves |" in text
     assert "| curve.json | scripts/head_curve.py: τ against training data, 1 heads and snapshots" in text
     assert "| vllm.json | scripts/vllm_side.py: vllm 0.32.0 on m |" in text
     assert "| other.json | probe data of a script" in text
