@@ -115,6 +115,17 @@ def test_long_prompt_round_filters_the_pool(setup):
     assert len(kept) == sum(n >= cut for n in lengths)
 
 
+def test_a_round_can_take_the_prompts_of_named_sources_only(tmp_path):
+    rows = [{"id": f"{src}:{i}", "source": src, "prompt": f"{src} question {i}"}
+            for src in ("chat", "math", "t0") for i in range(4)]
+    path = tmp_path / "pool.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    kept = read_pool(str(path), None, 100, 0, 0, sources=("chat", "math"))
+    assert sorted(r["id"].split(":")[0] for r in kept) == ["chat"] * 4 + ["math"] * 4
+    with pytest.raises(ValueError, match="no prompts from chta"):
+        read_pool(str(path), None, 100, 0, 0, sources=("chta",))
+
+
 def test_second_round_trains_on_earlier_shards_from_the_first_head(setup, tmp_path):
     first = tmp_path / "first"
     assert main(args(setup, first, 1)) == 0

@@ -39,6 +39,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-text", type=int, default=768)
     p.add_argument("--min-prompt-chars", type=int, default=0,
                    help="use only prompts at least this long (a long-context data round)")
+    p.add_argument("--sources", default="", metavar="A,B",
+                   help="use only prompts whose `source` is one of these (comma-separated; e.g. the chat turns)")
     p.add_argument("--extra-shards", action="append", default=[], metavar="DIR",
                    help="also train on the shards in DIR (e.g. an earlier round's OUT/shards); repeatable")
     p.add_argument("--exclude-shards", action="append", default=[], metavar="DIR",
@@ -179,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     target, tok = load_target(a.model, dtype=a.dtype)
     taps = kind.taps(target.num_layers)
     log(f"target {target.name} {target.dtype}; head type {a.head_type}" + (f", taps {taps}" if taps else ""))
-    rows = read_pool(a.prompts, a.text, a.n_prompts, a.n_text, a.seed, a.min_prompt_chars)
+    rows = read_pool(a.prompts, a.text, a.n_prompts, a.n_text, a.seed, a.min_prompt_chars,
+                     tuple(s for s in a.sources.split(",") if s))
     if a.chat and tok.chat_template:
         for r in rows:
             if r["kind"] == "prompt":  # cut inside the user's text, never through the template's tail

@@ -32,11 +32,13 @@ EVAL_FILES = ("spec_bench_questions.jsonl", "mt_bench_questions.jsonl")
 
 
 def read_pool(prompts: str | None, text: str | None, n_prompts: int, n_text: int, seed: int,
-              min_prompt_chars: int = 0) -> list[dict]:
+              min_prompt_chars: int = 0, sources: tuple[str, ...] = ()) -> list[dict]:
     """Rows {kind: 'prompt'|'text', id, body}, shuffled with a fixed seed. Evaluation files are refused.
 
     `min_prompt_chars` keeps only prompts at least that long (a second round of long-context data: passages and
-    documents followed by their instruction, which a short --max-prompt cuts off).
+    documents followed by their instruction, which a short --max-prompt cuts off). `sources` keeps only prompts whose
+    `source` field is one of them (a round aimed at one kind of request, e.g. chat turns); a name no row carries is
+    an error, so a typo cannot silently empty the pool.
     """
     rows: list[dict] = []
     for path, kind, key, n in ((prompts, "prompt", "prompt", n_prompts), (text, "text", "text", n_text)):
@@ -47,6 +49,12 @@ def read_pool(prompts: str | None, text: str | None, n_prompts: int, n_text: int
         items = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
         if kind == "prompt" and min_prompt_chars:
             items = [it for it in items if len(it[key]) >= min_prompt_chars]
+        if kind == "prompt" and sources:
+            present = {it.get("source") for it in items}
+            if missing := sorted(set(sources) - present):
+                raise ValueError(f"{path} has no prompts from {', '.join(missing)}; "
+                                 f"its sources: {', '.join(sorted(str(x) for x in present))}")
+            items = [it for it in items if it.get("source") in sources]
         random.Random(seed).shuffle(items)
         rows += [{"kind": kind, "id": it.get("id", str(i)), "body": it[key]} for i, it in enumerate(items[:n])]
     random.Random(seed + 1).shuffle(rows)
