@@ -176,6 +176,24 @@ def test_row_plan_groups_rows_by_padded_key_count_in_sequence_order():
     assert causal.tolist() == [[True, True, True, False], [True, True, True, True]]
 
 
+def test_the_row_grouping_belongs_to_the_forward_that_made_it():
+    """Layers of one forward share one plan per mask through the forward's own dict; the module keeps nothing
+    between forwards (caches belong to the call); with or without the dict the output is the same."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 4, 3, 64), torch.randn(1, 2, 9, 64), torch.randn(1, 2, 9, 64)
+    vis = torch.ones(3, 9, dtype=torch.bool).tril_(diagonal=6)
+    vis[2, 7] = False  # a tree row that does not see its sibling
+    mask = torch.zeros(1, 1, 3, 9).masked_fill_(~vis, torch.finfo(torch.float32).min)
+    plans: dict = {}
+    first, _ = attention.invariant_attention(None, q, k, v, mask, **{attention.PLANS_KWARG: plans})
+    second, _ = attention.invariant_attention(None, q, k, v, mask, **{attention.PLANS_KWARG: plans})
+    alone, _ = attention.invariant_attention(None, q, k, v, mask)
+    assert len(plans) == 1 and torch.equal(first, second) and torch.equal(first, alone)
+    state = {name: value for name, value in vars(attention).items()
+             if not name.startswith("__") and isinstance(value, (list, dict, set))}
+    assert state == {}
+
+
 def test_probe_names_a_kernel_that_is_not_row_invariant_and_the_target_falls_back(monkeypatch):
     """A linear kernel that changes its result from 5 rows on: the probe answers 4 rows and names it; "invariant"
     keeps 4 exact rows, "auto" (which needs the default tree's 16) runs SDPA and says why; from 2 rows on both fall

@@ -18,7 +18,9 @@ depends only on the row itself:
    core/models/invariance.py), so a one-token step with a single entry is computed with a duplicate.
 
 The rows are grouped by padded key count (a tree verify has one or two groups; a Python loop runs over the groups,
-never over rows). A forward of more than `ROW_LIMIT` rows (a prompt's prefill, which both decoders run with the same
+never over rows). Every layer of a forward passes the same mask, so the grouping is computed once per forward: the
+caller (core/models/target.py) passes a fresh dict as the `row_plans` keyword, which transformers hands to every
+layer's attention call, and the plans live as long as that forward; a call without it computes its plan itself. A forward of more than `ROW_LIMIT` rows (a prompt's prefill, which both decoders run with the same
 shape) and any batch other than 1 go to transformers' SDPA unchanged.
 
 The function has transformers' attention-interface signature and is registered under `NAME`
@@ -29,7 +31,6 @@ attention implementation. Masks are the target's: additive (0 visible, a large n
 from __future__ import annotations
 
 import math
-import weakref
 
 import torch
 from transformers import AttentionInterface
@@ -39,8 +40,7 @@ NAME = "eagle_invariant"  # the attention implementation's name in transformers'
 ROW_LIMIT = 64  # forwards with more query rows run SDPA (prefill); no tree verify the engine plans is wider
 ALIGN = 16  # keys per row padded to a multiple of this: fp32 batch entries on 64-byte boundaries
 
-_plan_memo: list = []  # [(the mask, weakly, or a causal shape), its plan]: the last few masks of a forward
-MEMO_SIZE = 4  # a forward passes one mask per layer kind (Gemma 3: sliding and full), the same object every layer
+PLANS_KWARG = "row_plans"  # the forward's keyword that carries its plans (a dict the caller makes per forward)
 
 
 def register() -> str:
@@ -83,14 +83,16 @@ def row_plan(vis: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor, torch.
     return plan
 
 
-def _plan_for(mask: torch.Tensor | None, t: int, s: int, device: torch.device) -> list:
-    """row_plan for this mask, computed once per forward (every layer of a forward passes the same mask object)."""
-    for seen, plan in _plan_memo:
-        if (mask is not None and seen() is mask) if isinstance(seen, weakref.ref) else seen == (t, s, device, mask):
-            return plan
+def _plan_for(mask: torch.Tensor | None, t: int, s: int, device: torch.device, plans: dict | None) -> list:
+    """row_plan for this mask, computed once per forward: `plans` is the forward's own dict (every layer of a forward
+    passes the same mask object, one per layer kind: Gemma 3 has sliding and full), keyed by the mask's identity,
+    which is stable while the forward holds its masks. Without `plans` the plan is computed for this call only."""
+    key = (id(mask), t, s) if mask is not None else (None, t, s)
+    if plans is not None and key in plans:
+        return plans[key]
     plan = row_plan(visible_keys(mask, t, s, device))
-    _plan_memo.insert(0, (weakref.ref(mask) if mask is not None else (t, s, device, None), plan))
-    del _plan_memo[MEMO_SIZE:]
+    if plans is not None:
+        plans[key] = plan
     return plan
 
 
@@ -131,7 +133,7 @@ def invariant_attention(module: torch.nn.Module, query: torch.Tensor, key: torch
                                       softcap=softcap, **kwargs)
     scale = scaling if scaling is not None else d ** -0.5
     out = query.new_empty((t, hq, d))
-    for rows, idx, pad in _plan_for(attention_mask, t, s, query.device):
+    for rows, idx, pad in _plan_for(attention_mask, t, s, query.device, kwargs.get(PLANS_KWARG)):
         q = query[0].index_select(1, rows)  # (Hq, n, D)
         out[rows] = _group(q, key[0], value[0], idx, pad, scale, softcap).to(query.dtype)
     return out.unsqueeze(0), None

@@ -230,6 +230,8 @@ class TargetModel:
             pos = prefix + torch.tensor(depths, device=dev)
             anc = anc.to(dev)
         masks = self._masks(pos, prefix, anc)
+        # the invariant attention's row grouping, made once per forward and shared by its layers (attention.py)
+        plans = {attention.PLANS_KWARG: {}} if self.attention == "invariant" else {}
         with kernels.linear_route(t, self.onednn_rows, self.packed):  # the body's products as timed faster here
             out = self.decoder(
                 input_ids=ids,
@@ -238,6 +240,7 @@ class TargetModel:
                 cache=cache,
                 use_cache=True,
                 output_hidden_states=bool(output_layers),
+                **plans,
             )
         taps = None
         if output_layers:
