@@ -155,10 +155,12 @@ def validate(a: argparse.Namespace) -> Plan:
     cats = frozenset(c.strip() for c in a.categories.split(",") if c.strip())
     shorthands = method_lanes(given, head_tree=head_tree, head_tree_b=head_tree_b, head_b=a.head_b or "",
                               medusa=medusa)
-    return Plan(Selection(a.questions, a.split, cats, a.per_category, a.limit, a.file_categories),
-                methods, shorthands + lanes, decode, tree, a.tree,
-                Loading(a.model, a.head, a.device, a.dtype, a.threads, a.trust_remote_code, a.choices, a.attention),
-                a.head_b, a.raw, a.turns, a.repeats, a.seed, a.json, a.html, a.specbench_dir)
+    return Plan(selection=Selection(a.questions, a.split, cats, a.per_category, a.limit, a.file_categories),
+                methods=methods, lanes=shorthands + lanes, decode=decode, tree=tree, tree_spec=a.tree,
+                loading=Loading(a.model, a.head, a.device, a.dtype, a.threads, a.trust_remote_code, a.choices,
+                                a.attention),
+                head_b=a.head_b, raw=a.raw, turns=a.turns, repeats=a.repeats, seed=a.seed, json=a.json,
+                html=a.html, specbench_dir=a.specbench_dir)
 
 
 def _methods(text: str) -> tuple[str, ...]:
