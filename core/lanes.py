@@ -33,8 +33,8 @@ def chain_tree(tree: TreeConfig) -> TreeConfig:
     return TreeConfig(total_tokens=depth + 1, depth=depth, top_k=1, lookup=0)
 
 
-# How a lane without a tree of its own drafts, from the run's resolved trees: "run" (--tree, once `auto` planned it)
-# and "greedy" (the tree `auto` plans from a greedy calibration). "run" takes the run's tree as it is.
+# Rule -> the tree a lane without one of its own drafts with, read from the run's resolved trees by name: "run"
+# (--tree, once `auto` has planned it) and "greedy" (what `auto` plans from a greedy calibration).
 TREE_RULES: dict[str, Callable[[Mapping[str, TreeConfig]], TreeConfig]] = {
     "run": lambda trees: trees["run"],
     "alone": lambda trees: replace(trees["run"], lookup=0),  # the head alone: no context-lookup chain

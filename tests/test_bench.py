@@ -529,3 +529,21 @@ def test_bench_reports_the_reduced_draft_vocabulary(stack, tmp_path, capsys):
     assert not any("in_draft_vocab" in r for r in rows if r["method"] in ("baseline", "eagle2-head-b"))
     assert all(0 <= r["in_draft_vocab"] <= r["new_tokens"] for r in rows if r["method"] == "eagle2-head")
     assert "output tokens in the draft vocabulary" in capsys.readouterr().out
+
+
+def test_the_bench_modules_stay_small_and_re_export_nothing():
+    """No function in core/bench over 60 lines, and every name core/bench/cli.py imports is used there: an importer
+    takes a name from the module that defines it."""
+    import ast
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "core" / "bench"
+    for f in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert node.end_lineno - node.lineno < 60, (f.name, node.name)
+    tree = ast.parse((folder / "cli.py").read_text(encoding="utf-8"))
+    imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names} - {"annotations"}
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    assert imported - used == set()
