@@ -9,7 +9,10 @@ import json
 import pytest
 import torch
 
-from core.bench.cli import main, rotation, select_questions, trim_at_eos
+from core.bench.cli import main
+from core.bench.peers import trim_at_eos
+from core.bench.protocol import rotation
+from core.bench.questions import select_questions
 from core.bench.report import (
     acceptance_table, category_table, pooled_tau, spec_bench_speedup, step_table, summarize_rows, summary_table,
     vocab_table,
@@ -146,7 +149,7 @@ def test_sampled_run_with_auto_tree(stack, tmp_path, capsys):
 
 def test_auto_calibrates_on_a_held_out_prompt_never_a_measured_one(stack, tmp_path, monkeypatch):
     """`--tree auto` plans on CALIBRATION_PROMPT: the ids choose_tree sees are none of the measured prompts'."""
-    import core.bench.cli as bench_mod
+    import core.bench.stack as bench_mod
     from transformers import AutoTokenizer
 
     seen = []
@@ -239,13 +242,11 @@ def test_auto_tree_is_not_calibrated_when_no_method_drafts_with_it(stack, tmp_pa
     ("baseline,lookup,eagle2-greedy-tree", None, False),  # lookup has its own tree; greedy-tree calibrates its own
 ])
 def test_uses_run_tree(methods, head_tree, uses):
-    from core.bench.plan import Plan
-    from core.bench.cli import uses_run_tree
-    from core.engine.config import DecodeConfig, TreeConfig
+    from core.bench.methods import method_lanes, uses_run_tree
+    from core.engine.config import TreeConfig
 
-    plan = Plan(tuple(methods.split(",")), frozenset(), None, head_tree and TreeConfig.parse(head_tree),
-                DecodeConfig())
-    assert uses_run_tree(plan) is uses
+    lanes = method_lanes(methods.split(","), head_tree=head_tree and TreeConfig.parse(head_tree), head_b="b")
+    assert uses_run_tree(lanes) is uses
 
 
 def test_second_head_races_in_the_same_run(stack, tmp_path, capsys):
@@ -409,7 +410,7 @@ def test_questions_file_from_the_environment(stack, tmp_path, capsys, monkeypatc
 
 
 def _outcome(tokens, margins, tops=None):
-    from core.bench.cli import Outcome
+    from core.bench.runners import Outcome
 
     return Outcome(tuple(tokens), 1.0, len(tokens), None, tuple(margins), tuple(tops or [20.0] * len(tokens)))
 
@@ -417,7 +418,7 @@ def _outcome(tokens, margins, tops=None):
 def test_mismatch_rows_carry_a_classified_divergence():
     """Issue 15: a planted near tie (margin 0.125 = one bf16 ulp at 20) is explained, a planted 3-logit margin is
     not; the summary counts both as mismatches and only the second as unexplained."""
-    from core.bench.cli import make_row, prompt_rows
+    from core.bench.rows import make_row, prompt_rows
 
     q = {"question_id": 1, "group": "qa"}
     base = _outcome([5, 6, 7, 8], [2.0, 2.0, 0.125, 3.0])
@@ -444,7 +445,9 @@ def test_mismatch_rows_carry_a_classified_divergence():
 def test_hf_scorer_reads_generate_logits_and_matches_baseline_margins(stack):
     """generate()'s margins (output_logits, second untimed call) sit at the same positions as our baseline's: in
     fp32 they agree per token; a rerun that does not reproduce the tokens gives no margins."""
-    from core.bench.cli import hf_generation_config, hf_scorer, load_stack, score_divergences
+    from core.bench.peers import hf_generation_config, hf_scorer
+    from core.bench.protocol import score_divergences
+    from core.bench.stack import load_stack
     from core.engine.config import DecodeConfig
 
     target, tok, baseline, _, _ = load_stack(stack["model"], stack["head"], "cpu", "fp32")
@@ -467,7 +470,8 @@ def test_hf_scorer_reads_generate_logits_and_matches_baseline_margins(stack):
 
 def test_repeats_keep_each_methods_fastest_round():
     """--repeats R runs every prompt R times per method (rotating who goes first) and keeps the fastest round."""
-    from core.bench.cli import Outcome, run_bench
+    from core.bench.protocol import run_bench
+    from core.bench.runners import Outcome
 
     clock = {"a": iter([3.0, 1.0, 2.0, 5.0]), "b": iter([2.0, 4.0, 1.5, 0.5])}  # warm-up first, then 3 rounds
     calls: list[str] = []
@@ -488,7 +492,7 @@ def test_repeats_keep_each_methods_fastest_round():
 def test_draft_vocab_reach_counts_output_tokens_the_head_could_draft():
     """A head with a reduced draft vocabulary can never guess a token outside it: rows count the output tokens
     inside it, the summary pools them (Σ inside / Σ tokens, per category too), full-vocabulary methods carry none."""
-    from core.bench.cli import make_row, prompt_rows
+    from core.bench.rows import make_row, prompt_rows
 
     mask = torch.zeros(16, dtype=torch.bool)
     mask[[5, 6, 7]] = True
@@ -525,3 +529,21 @@ def test_bench_reports_the_reduced_draft_vocabulary(stack, tmp_path, capsys):
     assert not any("in_draft_vocab" in r for r in rows if r["method"] in ("baseline", "eagle2-head-b"))
     assert all(0 <= r["in_draft_vocab"] <= r["new_tokens"] for r in rows if r["method"] == "eagle2-head")
     assert "output tokens in the draft vocabulary" in capsys.readouterr().out
+
+
+def test_the_bench_modules_stay_small_and_re_export_nothing():
+    """No function in core/bench over 60 lines, and every name core/bench/cli.py imports is used there: an importer
+    takes a name from the module that defines it."""
+    import ast
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "core" / "bench"
+    for f in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert node.end_lineno - node.lineno < 60, (f.name, node.name)
+    tree = ast.parse((folder / "cli.py").read_text(encoding="utf-8"))
+    imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names} - {"annotations"}
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    assert imported - used == set()

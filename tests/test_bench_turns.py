@@ -170,3 +170,26 @@ def test_summaries_count_each_turn_as_its_own_prompt():
             for t, m, v in ((1, "baseline", 10.0), (1, "eagle2", 10.0), (2, "baseline", 10.0), (2, "eagle2", 30.0))]
     assert spec_bench_speedup(rows, "eagle2", "baseline") == 2.0  # (10 + 30) / (10 + 10), not turn 2's 3.0
     assert sorted(per_prompt_speedups(rows, "eagle2", "baseline")) == [1.0, 3.0]
+
+
+def test_lane_rows_carry_the_same_fields_on_both_turns(chat_stack, tmp_path, capsys):
+    """One `run_turn` serves both turns: a `--lane` over a head with a reduced draft vocabulary counts its output
+    tokens inside it (`in_draft_vocab`) on the second turn as on the first, and every row of a method has the same
+    fields on both turns."""
+    import torch
+
+    from core.drafters.draft_head import HeadConfig, init_head, save_head
+
+    even = tmp_path / "head_even"
+    save_head(init_head(HeadConfig.for_target(64, 1024, 512), torch.arange(0, 1024, 2), seed=1), even,
+              dtype=torch.float32)
+    out = tmp_path / "l.json"
+    a = args(chat_stack, out, "--turns", "2", "--limit", "1", "--lane", f"even={even}@8,3,3")
+    a[a.index("--methods") + 1] = "baseline,eagle2"
+    assert main(a) == 0, capsys.readouterr().err
+    rows = json.loads(out.read_text())["per_prompt"]
+    by = {(r["turn"], r["method"]): r for r in rows}
+    assert {t for t, _ in by} == {1, 2} and {m for _, m in by} == {"baseline", "eagle2", "even"}
+    assert "in_draft_vocab" in by[2, "even"] and 0 <= by[2, "even"]["in_draft_vocab"] <= by[2, "even"]["new_tokens"]
+    for m in ("baseline", "eagle2", "even"):
+        assert set(by[1, m]) == set(by[2, m]), m

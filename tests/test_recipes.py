@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.bench import cli as bench
+from core.bench.methods import METHODS
 from core import generate
 from core.train.__main__ import check_args, parse
 
@@ -60,7 +61,7 @@ def test_train_commands_parse_and_pass_the_range_checks(where, argv):
 @pytest.mark.parametrize("where,argv", BENCH, ids=[f"{w}-{i}" for i, (w, _) in enumerate(BENCH)])
 def test_published_bench_commands_parse(where, argv):
     a = bench.parse_args(argv)
-    assert a.max_new_tokens >= 1 and all(m in bench.METHODS for m in a.methods.split(","))
+    assert a.max_new_tokens >= 1 and all(m in METHODS for m in a.methods.split(","))
 
 
 @pytest.mark.parametrize("argv", commands(README, "core.generate"))
