@@ -274,7 +274,7 @@ def test_extend_vocab_needs_an_init_eagle_head(setup, tmp_path, capsys):
 
 
 def test_widen_mlp_computes_the_same_function_and_its_new_units_learn():
-    from core.drafters.draft_head import widen_mlp
+    from core.train.grow import widen_mlp
     c = HeadConfig(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=4,
                    vocab_size=128, draft_vocab_size=96)
     head = init_head(c, torch.arange(0, 128, 4).repeat(3)[:96].unique(), seed=1)

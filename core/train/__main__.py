@@ -9,7 +9,6 @@ import json
 import platform
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -157,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         return fail("core.train", problem)
     from core.engine.config import TreeConfig
-    from core.drafters.draft_head import EagleHead, add_layers, widen_mlp
+    from core.train.grow import add_layers, widen_mlp, with_vocab
     from core.drafters.heads import HeadOptions, kind_named, kind_of, load_any_head
     from core.models.kernels import cpu_description
     from core.models.target import DEFAULT_MODEL, load_target
@@ -247,9 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.extend_vocab:
         old = len(head.vocab_ids)
         ids, coverage = extend_vocab(seqs, head.vocab_ids, a.extend_vocab, target.vocab_size, answers)
-        grown = EagleHead(replace(head.config, draft_vocab_size=len(ids)), ids)
-        grown.load_state_dict(head.state_dict())  # no weight depends on the vocabulary
-        head = grown.float()
+        head = with_vocab(head, ids).float()
         log(f"draft vocab extended {old} -> {len(ids)}; covers {coverage:.4f} of tokens")
     if a.widen_mlp:
         old = head.config.intermediate_size
