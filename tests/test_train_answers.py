@@ -1,4 +1,4 @@
-"""What a chat head is trained on and how (core/train/data.py, core/train/fit.py): the answer tokens only, prompts cut
+"""What a chat head is trained on and how (core/train/data.py, shards.py, vocab.py, fit.py): the answer tokens only, prompts cut
 inside the user's text, the draft vocabulary counted over answers, guesses the draft vocabulary cannot make left
 out, one schedule with a warmup share, timed saves, and a held-out measure that travels with the run."""
 from __future__ import annotations

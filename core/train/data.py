@@ -47,7 +47,8 @@ def read_pool(prompts: str | None, text: str | None, n_prompts: int, n_text: int
 
 def user_turn(tok, text: str) -> str:
     """`text` as one user turn in the tokenizer's chat template with the assistant's turn opened, as text: the one
-    wrap core.train --chat, its follow-up turns and its card use."""
+    wrap of a pool prompt, used by core.train --chat (`chat_prompt`, the pool rows), `template_tail` and
+    core.train.followups (which matches stored first turns by it)."""
     return tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
 
 

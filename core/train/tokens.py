@@ -1,7 +1,7 @@
 """A round's training data as token ids only: packed small enough to commit, rebuilt into feature shards later.
 
 Generating a round's answers is the expensive part of making a head (hours on a 2-core CPU); its features are
-cheaper: one teacher-forced forward over the stored sequences recomputes them (`data.features`). How much cheaper
+cheaper: one teacher-forced forward over the stored sequences recomputes them (`generation.features`). How much cheaper
 depends on the processor: on a GPU or a CPU with bf16 units far faster than generating; on an AVX2-only CPU (fp32) a
 0.5B target rebuilt 133 tokens/s, no faster than the AVX-512 machine had generated them. So every round keeps, in
 git, what the target wrote: `tokens.safetensors.xz`, an xz-compressed safetensors file with the concatenated ids
