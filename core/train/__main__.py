@@ -179,7 +179,7 @@ def check_args(a: argparse.Namespace) -> str | None:
 
 @dataclass
 class Job:
-    """What every step of a job reads: the arguments, the command line, the job folder, its log, the target and
+    """What every step of a run reads: the arguments, the command line, the run folder, its log, the target and
     its tokenizer, the head kind and the target layers it taps."""
     a: argparse.Namespace
     argv: list[str]
@@ -194,7 +194,7 @@ class Job:
 
 @dataclass
 class Data:
-    """The training data of a job: the planned pool rows, the stored sequences trained on (Stored), the held-out
+    """The training data of a run: the planned pool rows, the stored sequences trained on (Stored), the held-out
     ones, per --extra-shards folder its sequence count, the answers left out for a cut prompt, the throughput."""
     rows: list[dict]
     seqs: list
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def start(a: argparse.Namespace, argv: list[str]) -> Job:
-    """Open the job folder and its log, load the target, name the head kind (core/drafters/heads.py: its init,
+    """Open the run folder and its log, load the target, name the head kind (core/drafters/heads.py: its init,
     taps, save and loss)."""
     from core.drafters.heads import kind_named
     from core.models.target import load_target
@@ -249,7 +249,7 @@ def start(a: argparse.Namespace, argv: list[str]) -> Job:
 
 
 def prepare_data(job: Job) -> Data | None:
-    """Write the shards this job plans (unless --skip-data), then read back what it trains on; None after
+    """Write the shards this run plans (unless --skip-data), then read back what it trains on; None after
     --data-only."""
     a = job.a
     rows = pool_rows(job)
@@ -282,7 +282,7 @@ def pool_rows(job: Job) -> list[dict]:
 
 def write_shards(job: Job, rows: list[dict]) -> dict:
     """Generate and store the planned shards not yet on disk, leaving out prompts --exclude-shards already
-    continued; returns this job's throughput."""
+    continued; returns this run's throughput."""
     from core.train.shards import build_shards, stored_prompts
 
     a = job.a
@@ -292,12 +292,12 @@ def write_shards(job: Job, rows: list[dict]) -> dict:
     stats = build_shards(job.target, job.tok, rows, job.out / "shards", a.batch, a.max_prompt, a.new_tokens,
                          a.max_text, a.sample_share, a.seed, a.prefill_share, job.taps, a.max_shards, job.log,
                          exclude)
-    job.log(f"data throughput this job: {json.dumps(stats)}")
+    job.log(f"data throughput this run: {json.dumps(stats)}")
     return stats
 
 
 def load_data(job: Job, rows: list[dict], stats: dict) -> Data:
-    """This job's shards and --extra-shards, less answers whose prompt lost the chat template's tail (unless
+    """This run's shards and --extra-shards, less answers whose prompt lost the chat template's tail (unless
     --keep-cut-prompts), and the --heldout-shards. ValueError when nothing is left to train on."""
     from core.train.data import template_tail
     from core.train.shards import answers_opened, load_shards
@@ -412,7 +412,7 @@ def fit_config(job: Job, data: Data) -> FitConfig:
 
 
 def snapshot_keeper(job: Job, cfg: FitConfig) -> Callable[[nn.Module, int, int], None]:
-    """fit's `snapshot` callback: keep the head at about k/N of the job (k = 1..N, N = --snapshots) in
+    """fit's `snapshot` callback: keep the head at about k/N of the run (k = 1..N, N = --snapshots) in
     OUT/snapshots for the curve of tau against data."""
     n, snap_dir, kept = job.a.snapshots, job.out / "snapshots", set()
 
