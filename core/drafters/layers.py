@@ -31,6 +31,7 @@ class LayerGeometry(Protocol):
     @property
     def hd(self) -> int: ...
 
+
 def llama_layer_json(c) -> dict:
     """The one-Llama-layer keys every head config.json carries (EAGLE-1/2 and EAGLE-3 alike)."""
     return {
