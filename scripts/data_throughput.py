@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(root).resolve()))
 from safetensors.torch import load_file  # noqa: E402
 
 from core.models.target import load_target  # noqa: E402
-from core.train.data import build_shards, read_pool  # noqa: E402
+from core.train.data import read_pool  # noqa: E402
+from core.train.shards import build_shards  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "train" / "prompts.jsonl"
 target, tok = load_target(None, dtype="bf16")

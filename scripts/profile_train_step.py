@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     from core.drafters.draft_head import HeadConfig, init_head
     from core.drafters.heads import kind_of, load_any_head
     from core.models.target import load_target
-    from core.train.data import draft_vocab, load_shards
+    from core.train.shards import load_shards
+    from core.train.vocab import draft_vocab
     from core.train.fit import FitConfig, batches, collate, losses
 
     target, _ = load_target(a.model, dtype=a.dtype)

@@ -171,7 +171,7 @@ def test_a_two_layer_head_round_trips_caches_by_position_and_decodes_losslessly(
     """Layers stack in one (k, v) cache along the head axis: a split prefix + suffix pass equals one full pass, the
     file has layer 1's official keys (with its input_layernorm) and a tree decode equals the baseline."""
     from core.engine.baseline import BaselineDecoder
-    from core.drafters.draft_head import add_layers
+    from core.train.grow import add_layers
 
     tgt = tiny_target("llama")
     one = tiny_head(tgt, vocab_ids=torch.arange(0, 128, 2), seed=5)
@@ -203,7 +203,8 @@ def test_describe_head_and_the_apps_info_line(tmp_path):
     from types import SimpleNamespace
 
     from app.startup import info_line
-    from core.drafters.draft_head import add_layers, layer_count
+    from core.drafters.layers import layer_count
+    from core.train.grow import add_layers
     from core.drafters.heads import describe_head
 
     head = head_for(draft_vocab_size=64)
@@ -225,7 +226,7 @@ def test_fused_projections_compute_the_same_head_and_never_go_stale(kind):
     """Drafting fuses q/k/v and gate/up into one product each: the head's outputs and cache are the same as
     unfused; the fused copy is not used while autograd records (gradients reach the checkpoint's own weights) and
     not after the weights change in place (an optimizer step), so a fused head never drafts with old weights."""
-    from core.drafters.draft_head import Attention, MLP, fuse_projections
+    from core.drafters.layers import MLP, Attention, fuse_projections
     from core.drafters.eagle3_head import Eagle3Config, init_eagle3_head
 
     h = 64
@@ -268,7 +269,7 @@ def test_a_draft_cache_kept_in_place_gives_the_head_the_same_keys_as_concatenati
     """DraftKV (drafting): entries written in place, the buffers doubling when full with every earlier entry kept,
     give a two-layer head the same outputs as the concatenated (k, v) cache; a tree level written after the
     committed slots is overwritten by the next commit, as the drafter expects."""
-    from core.drafters.draft_head import DraftKV
+    from core.drafters.layers import DraftKV
 
     c = replace(HeadConfig.for_target(64, 128), num_layers=2)
     head = init_head(c, seed=4)

@@ -73,7 +73,8 @@ def test_rebuild_first_shards_with_eagle3_taps(tmp_path):
     """--shards N rebuilds a prefix of the round; --head-type eagle3 stores the layer taps of the same forward,
     which EAGLE-3 training reads (load_shards(taps=True)) beside the EAGLE-1/2 feature."""
     from core.drafters.heads import kind_named
-    from core.train.data import features, load_shards
+    from core.train.generation import features
+    from core.train.shards import load_shards
 
     files = training_files(tmp_path / "files")
     run = tmp_path / "run"

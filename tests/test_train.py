@@ -20,7 +20,8 @@ from core.drafters.eagle import EagleDrafter
 from core.engine.eagle import Eagle2Decoder
 from core.models.target import TargetModel
 from core.train.__main__ import main
-from core.train.data import read_pool, stored_prompts
+from core.train.data import read_pool
+from core.train.shards import stored_prompts
 from test_generate_cli import word_tokenizer
 
 
@@ -238,7 +239,7 @@ def test_training_autocasts_to_bf16_only_where_bf16_measured_faster(setup, tmp_p
 
 
 def test_extend_vocab_adds_the_most_frequent_missing_ids():
-    from core.train.data import extend_vocab, vocab_coverage
+    from core.train.vocab import extend_vocab, vocab_coverage
 
     seqs = [(torch.tensor([1, 1, 1, 7, 7, 9, 3, 3, 3, 3]),)]
     ids, coverage = extend_vocab(seqs, torch.tensor([3, 50]), 2, 64)
@@ -274,7 +275,7 @@ def test_extend_vocab_needs_an_init_eagle_head(setup, tmp_path, capsys):
 
 
 def test_widen_mlp_computes_the_same_function_and_its_new_units_learn():
-    from core.drafters.draft_head import widen_mlp
+    from core.train.grow import widen_mlp
     c = HeadConfig(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=4,
                    vocab_size=128, draft_vocab_size=96)
     head = init_head(c, torch.arange(0, 128, 4).repeat(3)[:96].unique(), seed=1)
@@ -336,7 +337,7 @@ def test_german_sources_are_filtered_and_wrapped_as_translation_prompts():
 
 
 def test_sampling_temperature_sharpens_towards_greedy():
-    from core.train.data import _pick
+    from core.train.generation import _pick
 
     logits = torch.tensor([[0.0, 1.0, 2.0, 0.5]]).repeat(4000, 1)
     g = torch.Generator().manual_seed(0)

@@ -1,4 +1,4 @@
-"""What a chat head is trained on and how (core/train/data.py, core/train/fit.py): the answer tokens only, prompts cut
+"""What a chat head is trained on and how (core/train/data.py, shards.py, vocab.py, fit.py): the answer tokens only, prompts cut
 inside the user's text, the draft vocabulary counted over answers, guesses the draft vocabulary cannot make left
 out, one schedule with a warmup share, timed saves, and a held-out measure that travels with the run."""
 from __future__ import annotations
@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from conftest import tiny_head, tiny_target
-from core.train.data import Stored, answers_opened, chat_prompt, data_counts, draft_vocab, template_tail
+from core.train.data import chat_prompt, template_tail
+from core.train.shards import Stored, answers_opened
+from core.train.vocab import data_counts, draft_vocab
 from core.train.fit import FitConfig, collate, fit, heldout_measure, losses, lr_factor, warmup_steps
 from test_generate_cli import word_tokenizer
 
@@ -174,7 +176,7 @@ def test_a_saved_head_is_put_on_a_runs_held_out_scale(tmp_path):
     from safetensors.torch import save_file
 
     from core.drafters.draft_head import save_head
-    from core.train.data import shard_tensors
+    from core.train.shards import shard_tensors
     from core.train.evaluate import heldout
 
     target, seqs = _inputs()

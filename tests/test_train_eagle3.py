@@ -23,7 +23,9 @@ from core.drafters.eagle3_head import Eagle3Head
 from core.drafters.heads import load_any_head
 from core.models.target import TargetModel
 from core.train.__main__ import main
-from core.train.data import features, generate_batch, load_shards, padded_chunks, plan_batches
+from core.train.data import plan_batches
+from core.train.generation import features, generate_batch, padded_chunks
+from core.train.shards import load_shards
 from test_generate_cli import word_tokenizer
 from test_train import args, setup  # noqa: F401  (the module fixture: tiny model, prompts, text, questions)
 
@@ -146,7 +148,7 @@ def test_reprefill_gives_eagle3_taps_for_an_earlier_runs_sequences(setup, tmp_pa
 
 
 def test_sampled_picks_follow_the_softmax():
-    from core.train.data import _pick
+    from core.train.generation import _pick
 
     logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, 3.0]]).expand(20000, -1).contiguous()
     picks = _pick(logits, True, torch.Generator().manual_seed(0))
@@ -157,16 +159,16 @@ def test_sampled_picks_follow_the_softmax():
 
 
 def test_the_generation_lm_head_gives_linears_logits_in_either_orientation(monkeypatch):
-    """generate_batch's LM head (core/train/data.batch_lm_head): whichever orientation timing picks, contiguous
-    (B, V) logits equal to linear()'s up to summation order."""
-    from core.train import data
+    """generate_batch's LM head (core/train/generation.batch_lm_head): whichever orientation timing picks,
+    contiguous (B, V) logits equal to linear()'s up to summation order."""
+    from core.train import generation
 
     gen = torch.Generator().manual_seed(0)
     w, h = torch.randn(300, 16, generator=gen), torch.randn(5, 16, generator=gen)
     for major in (True, False):
-        monkeypatch.setattr(data, "_vocab_major_batch", lambda *a, m=major: m)
-        out = data.batch_lm_head(w, 5)(h)
+        monkeypatch.setattr(generation, "_vocab_major_batch", lambda *a, m=major: m)
+        out = generation.batch_lm_head(w, 5)(h)
         assert out.shape == (5, 300) and out.is_contiguous()
         torch.testing.assert_close(out, torch.nn.functional.linear(h, w))
     monkeypatch.undo()
-    assert data._vocab_major_batch(300, 16, torch.float32, 5) in (True, False)  # the real timing runs
+    assert generation._vocab_major_batch(300, 16, torch.float32, 5) in (True, False)  # the real timing runs

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from core.models import choices
-from core.drafters.draft_head import DraftKV, EagleHead, fuse_projections
+from core.drafters.draft_head import EagleHead
+from core.drafters.layers import DraftKV, fuse_projections
 from core.drafters.eagle3_head import Eagle3Head
 from core.engine.config import TreeConfig
 from core.engine.contract import DraftPool, unsure

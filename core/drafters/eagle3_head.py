@@ -15,15 +15,15 @@ target's own embedding is used, as for EAGLE-1/2 heads).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from core.drafters.draft_head import (MLP, Attention, DraftVocab, HeadConfig, RMSNorm, finish_loaded,
-                                      llama_layer_fields, llama_layer_json)
+from core.drafters.draft_head import HeadConfig
+from core.drafters.layers import (MLP, Attention, DraftVocab, RMSNorm, finish_loaded, llama_layer_fields,
+                                  llama_layer_json, random_init)
 
 
 @dataclass(frozen=True)
@@ -149,10 +149,5 @@ def eagle3_from_state(p: Path, raw: dict, sd: dict) -> Eagle3Head:
 
 
 def init_eagle3_head(c: Eagle3Config, d2t: torch.Tensor | None = None, seed: int = 0) -> Eagle3Head:
-    g = torch.Generator().manual_seed(seed)
-    head = Eagle3Head(c, d2t)
-    with torch.no_grad():
-        for _, p in head.named_parameters():
-            if p.dim() == 2:
-                p.copy_(torch.randn(p.shape, generator=g) * (1.0 / math.sqrt(p.shape[1])))
-    return head.eval()
+    """A freshly initialised EAGLE-3 head (the same random init as EAGLE-1/2's; it has no biases)."""
+    return random_init(Eagle3Head(c, d2t), seed)

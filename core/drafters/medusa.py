@@ -27,7 +27,7 @@ from torch import nn
 from core.models import choices
 from core.models import kernels
 from core.engine.config import TreeConfig
-from core.drafters.draft_head import finish_loaded
+from core.drafters.layers import finish_loaded
 from core.engine.contract import DraftPool, grow_beam
 from core.drafters.eagle import check_compatible
 from core.models.target import TargetModel

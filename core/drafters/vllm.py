@@ -2,8 +2,7 @@
 gives each kind, checked on a folder's config.json and weight names (core/interop.py `vllm_problems`)."""
 from __future__ import annotations
 
-
-from core.drafters.draft_head import layer_count, vllm_blockers
+from core.drafters.layers import layer_count
 
 # EAGLE-1/2 weight names vLLM's EagleLlamaForCausalLM has parameters for (layer 0 has no input_layernorm; an own
 # embed_tokens / lm_head is allowed and replaces the target's shared one)
@@ -15,6 +14,17 @@ VLLM_EAGLE_KEYS = frozenset({"fc.weight", "embed_tokens.weight", "lm_head.weight
 VLLM_EAGLE3_EXTRA = frozenset({"d2t", "t2d", "norm.weight", "lm_head.weight", "fc.weight", "embed_tokens.weight",
                                "midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight"}
                               | {f"midlayer.{k}" for k in _EAGLE_LAYER})
+
+
+def vllm_blockers(fc_bias: bool, reduced_vocab: bool) -> list[str]:
+    """What vLLM's EAGLE-1/2 drafter cannot read, one line each with the training flag that avoids it: an fc bias
+    (its fc has none and its loader raises on unknown names) and a reduced draft vocabulary (it has no d2t)."""
+    out = []
+    if fc_bias:
+        out.append("fc.bias: vLLM builds the EAGLE fc without a bias (train with --no-fc-bias)")
+    if reduced_vocab:
+        out.append("d2t/t2d: vLLM's EAGLE-1/2 drafter drafts over the full vocabulary (train with --draft-vocab 0)")
+    return out
 
 
 def _config_problems(raw: dict, archs: set[str]) -> list[str]:

@@ -107,7 +107,7 @@ def heldout(target: TargetModel, head_dir: str, shards: list[Path], ttt_steps: i
     from core.drafters.eagle3_head import Eagle3Head
     from core.drafters.heads import load_any_head
     from core.models import kernels
-    from core.train.data import load_shards
+    from core.train.shards import load_shards
     from core.train.fit import FitConfig, heldout_measure
 
     head = load_any_head(head_dir)

@@ -28,11 +28,12 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from tqdm import tqdm
 
 from core.drafters.draft_head import EagleHead
 from core.drafters.eagle3_head import Eagle3Head
-from core.train.data import padded_chunks
+from core.train.generation import padded_chunks
 from core.models import kernels
 from core.drafters import medusa
 
@@ -254,103 +255,150 @@ def heldout_measure(head, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, fe
         "positions": int(n[0])}
 
 
+class _Training:
+    """One fit() call's moving parts: the accelerator, the wrapped head and its optimizer and schedule, the batch
+    plan, the noise generator, and the record a state.pt carries on (`run`: step, elapsed, skipped, tokens seen,
+    held-out curve)."""
+
+    def __init__(self, head: nn.Module, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, ckpt_dir: Path, log,
+                 heldout, in_vocab: torch.Tensor | None):
+        from accelerate import Accelerator
+
+        acc = Accelerator(mixed_precision="no")  # autocast is ours (below): accelerate's state is one per process
+        on_cpu = acc.device.type == "cpu"  # GPUs keep bf16 autocast; a CPU gets it only where it measured faster
+        self.mixed = "bf16" if not on_cpu or kernels.bf16_matmul_is_faster(w_draft.shape[1]) else "no"
+        self.plan = batches(seqs, cfg, random.Random(cfg.seed))
+        self.total_steps = max(1, int(len(self.plan) * cfg.epochs))
+        opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+        self.warmup = warmup_steps(cfg, self.total_steps)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda t: lr_factor(t, self.total_steps, self.warmup, cfg.schedule, cfg.min_lr_share))
+        head.train()
+        self.head, self.opt = acc.prepare(head, opt)
+        self.acc, self.embed, self.seqs, self.cfg, self.log = acc, embed, seqs, cfg, log
+        self.heldout, self.in_vocab = heldout, in_vocab
+        self.w_draft = w_draft.to(acc.device).float()  # (Vd, H)
+        inner = acc.unwrap_model(self.head)
+        self.eagle3 = isinstance(inner, Eagle3Head)
+        self.is_medusa = isinstance(inner, medusa.MedusaHead)
+        self.draft_logits = inner.draft_logits if self.eagle3 else None
+        self.feat_rms = float(torch.cat([sq[1][:256].float() for sq in seqs[:200]]).pow(2).mean().sqrt())
+        self.run = {"step": 0, "elapsed": 0.0, "skipped": 0, "tokens_seen": 0, "heldout": []}
+        self.state_path = ckpt_dir / "state.pt"
+        self.origin = run_origin(seqs, cfg)  # what this state belongs to: a resume must continue the same run
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.t_start = self.last_save = time.time()  # restarted by resume(): this run's clock
+
+    def resume(self) -> None:
+        """Continue from state.pt when there is one (check_resume refuses one from another run); this run's clock
+        starts after it."""
+        if self.state_path.exists():
+            self._load_state()
+        self.t_start = self.last_save = time.time()
+
+    def _load_state(self) -> None:
+        """The head, optimizer, schedule, run record and noise stream of state.pt."""
+        st = torch.load(self.state_path, map_location="cpu", weights_only=True)
+        check_resume(st, self.origin, self.state_path)
+        self.acc.unwrap_model(self.head).load_state_dict(st["head"])
+        self.opt.load_state_dict(st["opt"])
+        self.sched.load_state_dict(st["sched"])
+        self.run.update(step=int(st["step"]), elapsed=float(st["elapsed"]), skipped=int(st.get("skipped", 0)),
+                        tokens_seen=int(st.get("tokens_seen", 0)), heldout=list(st.get("heldout", [])))
+        if "generator" in st:  # the noise stream continues where it stopped, as in an uninterrupted run
+            self.gen.set_state(st["generator"])
+        else:  # a state written before the generator was saved
+            self.gen.manual_seed(self.cfg.seed + self.run["step"])
+        self.log(f"resumed from {self.state_path} at step {self.run['step']}/{self.total_steps}")
+
+    def measure_heldout(self) -> None:
+        """One point of the held-out curve at this step (none for Medusa heads, none twice at one step)."""
+        run = self.run
+        if not self.heldout or self.is_medusa or any(p["step"] == run["step"] for p in run["heldout"]):
+            return
+        t0 = time.time()
+        r = heldout_measure(self.acc.unwrap_model(self.head), self.embed, self.w_draft, self.heldout, self.cfg,
+                            self.feat_rms, self.in_vocab, self.draft_logits, self.mixed == "bf16")
+        point = {"step": run["step"], "token_passes": run["tokens_seen"],
+                 "wall_s": round(run["elapsed"] + time.time() - self.t_start, 1), "lr": self.sched.get_last_lr()[0],
+                 **r, "measure_s": round(time.time() - t0, 1)}
+        run["heldout"].append(point)
+        self.log(f"held-out step {run['step']}: top1 {r['top1']} top3 {r['top3']} on {r['positions']} positions")
+
+    def save_state(self) -> None:
+        """Write state.pt (head, optimizer, schedule, run record, noise generator, origin) atomically."""
+        tmp = self.state_path.with_suffix(".tmp")
+        torch.save({"head": self.acc.unwrap_model(self.head).state_dict(), "opt": self.opt.state_dict(),
+                    "sched": self.sched.state_dict(),
+                    **{**self.run, "elapsed": self.run["elapsed"] + time.time() - self.t_start},
+                    "generator": self.gen.get_state(), **self.origin}, tmp)
+        tmp.replace(self.state_path)
+        self.last_save = time.time()
+
+    def step(self, idx: list[int]) -> tuple[torch.Tensor, list, list, list, bool, torch.Tensor]:
+        """One optimisation step on the sequences `idx`: (loss, vloss, ploss, top-1 per unrolled step, whether the
+        update ran, valid (B, S)). A non-finite loss or gradient would poison every weight: the update is skipped
+        and counted."""
+        cfg, dev, run = self.cfg, self.acc.device, self.run
+        ids, feat, valid, taps, scored = (None if t is None else t.to(dev, non_blocking=True)
+                                          for t in collate(self.seqs, idx, cfg.max_len, cfg.answer_only))
+        with (torch.autocast(dev.type, dtype=torch.bfloat16, enabled=self.mixed == "bf16"),
+              training_attention(dev)):
+            if self.is_medusa:  # token-level heads on the clean last feature; per head (soft CE, top-1)
+                loss, pl, ac = medusa.losses(self.head, self.w_draft, feat, valid)
+                vl = []
+            else:
+                loss, vl, pl, ac = losses(self.head, self.embed, self.w_draft, ids, feat, valid, cfg, self.feat_rms,
+                                          self.gen, taps if self.eagle3 else None, self.draft_logits, scored,
+                                          self.in_vocab)
+        finite = bool(torch.isfinite(loss))
+        if finite:
+            self.acc.backward(loss)
+            finite = bool(torch.isfinite(self.acc.clip_grad_norm_(self.head.parameters(), cfg.clip)))
+        if finite:
+            self.opt.step()
+        else:
+            run["skipped"] += 1
+            if run["skipped"] <= 3:
+                self.log(f"step {run['step'] + 1}: non-finite loss or gradient (loss {loss.item()}), update skipped; "
+                         f"batch {tuple(ids.shape)} rows x width, max |feature| {float(feat.abs().max()):.4g}, "
+                         f"sequences {idx[:8]}")
+        self.sched.step()
+        self.opt.zero_grad(set_to_none=True)
+        run["step"] += 1
+        run["tokens_seen"] += int(valid.sum())
+        return loss, vl, pl, ac, finite, valid
+
+    def summary(self, first: dict, last: dict) -> dict:
+        """What training.json records of the fit; `first` and `last`: the first and last finite steps' losses."""
+        cfg, run = self.cfg, self.run
+        return {"steps": self.total_steps, "batches_per_epoch": len(self.plan), "epochs": cfg.epochs,
+                "mixed_precision": self.mixed, "skipped_non_finite": run["skipped"], "warmup_steps": self.warmup,
+                "schedule": cfg.schedule, "answer_only": cfg.answer_only, "token_passes": run["tokens_seen"],
+                "train_seconds": round(run["elapsed"] + time.time() - self.t_start, 1), "first": first,
+                "final": last, "tokens": int(sum(min(len(s[0]), cfg.max_len) for s in self.seqs)),
+                "heldout_curve": run["heldout"]}
+
+
 def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig,
         ckpt_dir: Path, log, snapshot=None, heldout=None, in_vocab: torch.Tensor | None = None) -> dict:
     """Train in place with accelerate; resumes from ckpt_dir/state.pt. Returns a summary for training.json.
 
-    An Eagle3Head trains on the shards' taps; a MedusaHead on the last features with core.drafters.medusa.losses.
-    `snapshot(head, step, total_steps)` is called after every save (the caller keeps heads along the way, e.g. for
-    a curve of tau against the data seen). `heldout` (sequences never trained on) is measured at the start, every
-    `cfg.eval_every` steps and at the end (heldout_measure); the curve, with token-passes and wall time, is kept in
-    the state and returned. `in_vocab` (V,) bool: the draft vocabulary's ids (losses leaves out the others).
+    w_draft: (Vd, H) the target's LM-head rows of the draft vocabulary. An Eagle3Head trains on the shards' taps; a
+    MedusaHead on the last features with core.drafters.medusa.losses. `snapshot(head, step, total_steps)` is called
+    after every save (the caller keeps heads along the way, e.g. for a curve of tau against the data seen).
+    `heldout` (sequences never trained on) is measured at the start, every `cfg.eval_every` steps and at the end
+    (heldout_measure); the curve, with token-passes and wall time, is kept in the state and returned. `in_vocab`
+    (V,) bool: the draft vocabulary's ids (losses leaves out the others).
     """
-    from accelerate import Accelerator
-
-    acc = Accelerator(mixed_precision="no")  # autocast is ours (below): accelerate's state is one per process
-    on_cpu = acc.device.type == "cpu"  # GPUs keep bf16 autocast; a CPU gets it only where it measured faster
-    mixed = "bf16" if not on_cpu or kernels.bf16_matmul_is_faster(w_draft.shape[1]) else "no"  # AMX yes, AVX2 no
-    rng = random.Random(cfg.seed)
-    plan = batches(seqs, cfg, rng)
-    total_steps = max(1, int(len(plan) * cfg.epochs))
-    opt = torch.optim.AdamW(head.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    warmup = warmup_steps(cfg, total_steps)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda t: lr_factor(t, total_steps, warmup, cfg.schedule, cfg.min_lr_share))
-    head.train()
-    head, opt = acc.prepare(head, opt)
-    w_draft = w_draft.to(acc.device).float()
-    eagle3 = isinstance(acc.unwrap_model(head), Eagle3Head)
-    is_medusa = isinstance(acc.unwrap_model(head), medusa.MedusaHead)
-    draft_logits = acc.unwrap_model(head).draft_logits if eagle3 else None
-    feat_rms = float(torch.cat([sq[1][:256].float() for sq in seqs[:200]]).pow(2).mean().sqrt())
-    run = {"step": 0, "elapsed": 0.0, "skipped": 0, "tokens_seen": 0, "heldout": []}  # what a state.pt carries on
-    state_path = ckpt_dir / "state.pt"
-    origin = run_origin(seqs, cfg)  # what this state belongs to: a resume must continue the same run
-    gen = torch.Generator().manual_seed(cfg.seed)
-    if state_path.exists():
-        st = torch.load(state_path, map_location="cpu", weights_only=True)
-        check_resume(st, origin, state_path)
-        acc.unwrap_model(head).load_state_dict(st["head"])
-        opt.load_state_dict(st["opt"])
-        sched.load_state_dict(st["sched"])
-        run.update(step=int(st["step"]), elapsed=float(st["elapsed"]), skipped=int(st.get("skipped", 0)),
-                   tokens_seen=int(st.get("tokens_seen", 0)), heldout=list(st.get("heldout", [])))
-        if "generator" in st:  # the noise stream continues where it stopped, as in an uninterrupted run
-            gen.set_state(st["generator"])
-        else:  # a state written before the generator was saved
-            gen.manual_seed(cfg.seed + run["step"])
-        log(f"resumed from {state_path} at step {run['step']}/{total_steps}")
-    t_start, last_save = time.time(), time.time()
-
-    def measure_heldout() -> None:
-        if not heldout or is_medusa or any(p["step"] == run["step"] for p in run["heldout"]):
-            return
-        t0 = time.time()
-        r = heldout_measure(acc.unwrap_model(head), embed, w_draft, heldout, cfg, feat_rms, in_vocab, draft_logits,
-                            mixed == "bf16")
-        point = {"step": run["step"], "token_passes": run["tokens_seen"],
-                 "wall_s": round(run["elapsed"] + time.time() - t_start, 1), "lr": sched.get_last_lr()[0], **r,
-                 "measure_s": round(time.time() - t0, 1)}
-        run["heldout"].append(point)
-        log(f"held-out step {run['step']}: top1 {r['top1']} top3 {r['top3']} on {r['positions']} positions")
-
-    def save_state() -> None:
-        tmp = state_path.with_suffix(".tmp")
-        torch.save({"head": acc.unwrap_model(head).state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
-                    **{**run, "elapsed": run["elapsed"] + time.time() - t_start}, "generator": gen.get_state(),
-                    **origin}, tmp)
-        tmp.replace(state_path)
-
-    measure_heldout()
-    bar = tqdm(total=total_steps, initial=run["step"], desc="train", unit="step")
+    tr = _Training(head, embed, w_draft, seqs, cfg, ckpt_dir, log, heldout, in_vocab)
+    tr.resume()
+    tr.measure_heldout()
+    total, run = tr.total_steps, tr.run
+    bar = tqdm(total=total, initial=run["step"], desc="train", unit="step")
     first, last = {}, {}
-    while run["step"] < total_steps:
-        idx = plan[run["step"] % len(plan)]
-        ids, feat, valid, taps, scored = (None if t is None else t.to(acc.device, non_blocking=True)
-                                          for t in collate(seqs, idx, cfg.max_len, cfg.answer_only))
-        with (torch.autocast(acc.device.type, dtype=torch.bfloat16, enabled=mixed == "bf16"),
-              training_attention(acc.device)):
-            if is_medusa:  # token-level heads on the clean last feature; per head (soft CE, top-1)
-                loss, pl, ac = medusa.losses(head, w_draft, feat, valid)
-                vl = []
-            else:
-                loss, vl, pl, ac = losses(head, embed, w_draft, ids, feat, valid, cfg, feat_rms, gen,
-                                          taps if eagle3 else None, draft_logits, scored, in_vocab)
-        finite = bool(torch.isfinite(loss))
-        if finite:
-            acc.backward(loss)
-            finite = bool(torch.isfinite(acc.clip_grad_norm_(head.parameters(), cfg.clip)))
-        if finite:
-            opt.step()
-        else:  # a non-finite loss or gradient would poison every weight: skip the update, count it, go on
-            run["skipped"] += 1
-            if run["skipped"] <= 3:
-                log(f"step {run['step'] + 1}: non-finite loss or gradient (loss {loss.item()}), update skipped; batch "
-                    f"{tuple(ids.shape)} rows x width, max |feature| {float(feat.abs().max()):.4g}, sequences {idx[:8]}")
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        run["step"] += 1
-        run["tokens_seen"] += int(valid.sum())
+    while run["step"] < total:
+        loss, vl, pl, ac, finite, _ = tr.step(tr.plan[run["step"] % len(tr.plan)])
         step = run["step"]
         if finite:
             last = {"loss": loss.item(), "vloss": vl, "ploss": pl, "top1": ac}
@@ -358,19 +406,14 @@ def fit(head: EagleHead | Eagle3Head | medusa.MedusaHead, embed, w_draft: torch.
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}", top1="/".join(f"{a:.2f}" for a in ac))
         if step % 20 == 0:
-            log(f"step {step}/{total_steps} loss {loss.item():.4f} vloss {vl} ploss {pl} top1 {ac}")
-        if (cfg.eval_every and step % cfg.eval_every == 0) or step == total_steps:
-            measure_heldout()
-        timed_save = cfg.save_every_s and time.time() - last_save >= cfg.save_every_s
-        if step % cfg.save_every == 0 or step == total_steps or timed_save:
-            save_state()
-            last_save = time.time()
+            log(f"step {step}/{total} loss {loss.item():.4f} vloss {vl} ploss {pl} top1 {ac}")
+        if (cfg.eval_every and step % cfg.eval_every == 0) or step == total:
+            tr.measure_heldout()
+        timed_save = cfg.save_every_s and time.time() - tr.last_save >= cfg.save_every_s
+        if step % cfg.save_every == 0 or step == total or timed_save:
+            tr.save_state()
             if snapshot:
-                snapshot(acc.unwrap_model(head), step, total_steps)
+                snapshot(tr.acc.unwrap_model(tr.head), step, total)
     bar.close()
-    head = acc.unwrap_model(head).eval()
-    return {"steps": total_steps, "batches_per_epoch": len(plan), "epochs": cfg.epochs, "mixed_precision": mixed,
-            "skipped_non_finite": run["skipped"], "warmup_steps": warmup, "schedule": cfg.schedule,
-            "answer_only": cfg.answer_only, "token_passes": run["tokens_seen"],
-            "train_seconds": round(run["elapsed"] + time.time() - t_start, 1), "first": first, "final": last,
-            "tokens": int(sum(min(len(s[0]), cfg.max_len) for s in seqs)), "heldout_curve": run["heldout"]}
+    tr.acc.unwrap_model(tr.head).eval()
+    return tr.summary(first, last)

@@ -9,7 +9,7 @@ and builds conversations in the same template:
 
 The follow-up is the row's own first `followups` entry when the prompt file has one (prompts2.jsonl: 124
 conversations), else, for a `generic_share` of the rows, one of FOLLOWUPS: requests a person makes of an answer
-they just read. The target then answers with `data.build_shards` like any first turn, so the shards (and their
+they just read. The target then answers with `shards.build_shards` like any first turn, so the shards (and their
 packed token ids, core/train/tokens.py) have the usual layout; the conversation prompt is the stored prefix.
 
     python -m core.train.followups --model M --prompts P --first-turns runs/R/shards --out runs/R2
@@ -22,6 +22,7 @@ import random
 import sys
 from pathlib import Path
 
+from core.train.data import user_turn
 from core.train.tokens import read_shard_ids
 
 FOLLOWUPS = (
@@ -38,11 +39,6 @@ FOLLOWUPS = (
     "Now give me the same answer in a table.",
     "Thanks! What would you suggest as a next step?",
 )
-
-
-def user_turn(tok, prompt: str) -> str:
-    """The first turn exactly as core.train --chat wraps it."""
-    return tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
 
 
 def conversations(tok, pool: list[dict], first_turns: list[Path], generic_share: float, seed: int,
@@ -104,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         if not 0.0 <= a.generic_share <= 1.0:
             raise ValueError("--generic-share must be between 0 and 1")
         from core.models.target import load_target
-        from core.train.data import build_shards
+        from core.train.shards import build_shards
 
         target, tok = load_target(a.model, dtype=a.dtype)
         if not tok.chat_template:

@@ -52,7 +52,7 @@ def shard_token_counts(dirs: list[Path], vocab: int, generated: bool = False) ->
 def most_frequent(own: torch.Tensor, counts: torch.Tensor, size: int) -> tuple[torch.Tensor, float]:
     """The `size` ids of `own` (the head's draft vocabulary) that `counts` ranks highest, ties to the lower id,
     returned sorted; and the share of all counted tokens they cover."""
-    from core.train.data import coverage
+    from core.train.vocab import coverage
 
     own = own.long().sort().values
     order = torch.sort(counts[own], descending=True, stable=True).indices[:size]

@@ -56,7 +56,7 @@ def revocab(head_dir: Path, shard_dirs: list[Path], size: int, keep: bool, out_d
     from safetensors import safe_open
 
     from core.drafters.draft_head import DRAFT_VOCAB_FILE, EagleHead, load_head, save_head
-    from core.train.data import coverage
+    from core.train.vocab import coverage
     from core.train.prune import shard_token_counts
 
     if (head_dir / DRAFT_VOCAB_FILE).exists():

@@ -76,7 +76,7 @@ def write_sources(target, tok, n: int, out: Path, batch: int = 96, new_tokens: i
                   seed: int = 0, log=print) -> dict:
     """Sample German sentences batch by batch until `n` pass the filters; write `n` prompt rows to `out` (jsonl:
     id, source, prompt, sentence). Returns counts: rows sampled, kept, seconds."""
-    from core.train.data import generate_batch
+    from core.train.generation import generate_batch
 
     parts = Path(str(out) + ".parts")
     parts.mkdir(parents=True, exist_ok=True)

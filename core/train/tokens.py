@@ -1,7 +1,7 @@
 """A round's training data as token ids only: packed small enough to commit, rebuilt into feature shards later.
 
 Generating a round's answers is the expensive part of making a head (hours on a 2-core CPU); its features are
-cheaper: one teacher-forced forward over the stored sequences recomputes them (`data.features`). How much cheaper
+cheaper: one teacher-forced forward over the stored sequences recomputes them (`generation.features`). How much cheaper
 depends on the processor: on a GPU or a CPU with bf16 units far faster than generating; on an AVX2-only CPU (fp32) a
 0.5B target rebuilt 133 tokens/s, no faster than the AVX-512 machine had generated them. So every round keeps, in
 git, what the target wrote: `tokens.safetensors.xz`, an xz-compressed safetensors file with the concatenated ids
@@ -82,7 +82,7 @@ def pack_round(shards: Path, out: Path, settings: dict) -> dict:
     """Pack every shard in `shards` (a core.train run's OUT/shards) into out/; returns the card written.
 
     `settings` records how the data was made (model, prompt file, seed, sample share, ...); a shard's sampling flag
-    is the one the run drew for it, `random.Random(seed + i).random() < sample_share` (core/train/data.py).
+    is the one the run drew for it, `random.Random(seed + i).random() < sample_share` (core/train/shards.py).
     """
     import random  # the same draw build_shards made
 
@@ -108,14 +108,15 @@ def pack_round(shards: Path, out: Path, settings: dict) -> dict:
 
 
 def rebuild(folder: Path, out: Path, target, taps: tuple[int, ...] = (), limit: int = 0) -> dict:
-    """Feature shards (the layout core/train/data.py writes) from a packed round, by teacher-forced forwards.
+    """Feature shards (the layout core/train/shards.py writes) from a packed round, by teacher-forced forwards.
 
     Each shard gets back its own name and sequences, so the run that made the round resumes over the rebuilt
     folder (rerun its command with --out at the rebuilt run: the planned batches already on disk are skipped).
     Resumes itself like data generation: a shard already on disk is skipped. `taps` (layer indices) also stores
     EAGLE-3's fused layer features (`taps`, bf16 (n, 3H)); `limit` > 0 rebuilds only the first `limit` shards.
     """
-    from core.train.data import features, shard_tensors
+    from core.train.generation import features
+    from core.train.shards import shard_tensors
 
     seqs, gen, _, index = unpack((folder / PACKED).read_bytes())
     out.mkdir(parents=True, exist_ok=True)
