@@ -18,7 +18,7 @@ from app.lanes import lane_title
 from app.panels import build_panels, restore_from_link, wire_panels
 from app.picker import Picker, build_picker, offered, preset_loader, wire_picker
 from app.plots import stats_figure, tree_figure
-from app.state import drop_record
+from app.state import STATE_TTL_S, drop_record
 from core.engine.autotree import TreePlan
 from core.engine.config import TreeConfig
 
@@ -26,7 +26,6 @@ STATIC = Path(__file__).resolve().parent.parent / "static"
 SANS = ("system-ui", "-apple-system", "Segoe UI", "Roboto", "Helvetica Neue", "Arial", "sans-serif")  # offline
 MONO = ("ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "DejaVu Sans Mono", "monospace")
 PLACEHOLDER = '<div class="gen-text placeholder">Press Run to generate.</div>'
-STATE_TTL_S = 1800  # a session's record expires 30 min after its last update (Gradio keeps a closed tab's 1 h)
 # The page takes no file, but Gradio's upload route exists on every app: cap what it accepts and sweep its cache, so
 # an app exposed with --host 0.0.0.0 or --share cannot be filled with uploads.
 MAX_UPLOAD = "1mb"

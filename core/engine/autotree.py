@@ -169,8 +169,11 @@ def stop_depth(step: tuple[tuple[float, int], ...], depth: int, stop: float) -> 
 
 
 def interpolate(profile: dict[int, float], n: float) -> float:
-    """Verify ms at n tokens, linear between measured sizes (clamped to the measured range)."""
+    """Verify ms at n tokens from a measured profile: linear between measured sizes, flat outside the measured range
+    (0.0 for an empty profile). The planner here, the app's "why this speedup" and gpu_day's prediction share it."""
     xs = sorted(profile)
+    if not xs:
+        return 0.0
     if n <= xs[0]:
         return profile[xs[0]]
     for a, b in zip(xs, xs[1:]):

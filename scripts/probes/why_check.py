@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from app.why import explain, interpolate
+    from app.why import explain
+    from core.engine.autotree import interpolate
     from core.engine.autotree import verify_profile
     from core.engine.config import DecodeConfig
     from core.engine.events import summarize
