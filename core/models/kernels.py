@@ -13,12 +13,14 @@ each one's best time (a warm-up round included).
   `head_product`.
 - `body_choice` and `OneDNNLinear`: at which row counts the target's forward runs faster with its linear layers
   routed through oneDNN's linear primitive than through linear()'s default BLAS call (MKL in torch's CPU builds),
-  which on some processors is several times slower at the few rows of a tree verify. The route is a torch function mode entered around the target's forward (and the draft head's):
-  the modeling code, its classes and its modules stay as they are.
+  which on some processors runs the few rows of a tree verify at about half oneDNN's speed. The route is a torch
+  function mode entered around the target's forward (and the draft head's): the modeling code, its classes and its
+  modules stay as they are.
 - `PackedWeights`: copies of a model's weights in oneDNN's own blocked layout, made once at load. linear() and
   oneDNN on a plain weight re-lay the whole matrix out on every call; for the few rows of a decode step that is
-  most of the cost, and the packed copy gives bitwise-equal results. The `onednn` head kernel and the `OneDNNLinear` route read a
-  packed copy wherever one exists, so the timing above compares the packed product against the others.
+  most of the cost, and the packed copy gives bitwise-equal results. The `onednn` head kernel and the
+  `OneDNNLinear` route read a packed copy wherever one exists, so the start-up timings compare the packed product
+  against the others.
 - `fastest_cpu_dtype`: bf16 or fp32 for a CPU model loaded without an explicit dtype. fp32 is the exact reference,
   so it is chosen whenever it is at least as fast; bf16 only where the processor makes it faster.
 - `bf16_matmul_is_faster`: whether head training on CPU runs under bf16 autocast or in plain fp32 (without bf16
