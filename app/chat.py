@@ -13,10 +13,8 @@ from typing import Callable
 
 import gradio as gr
 
-from app.state import RunRecord
+from app.state import STATE_TTL_S, RunRecord
 from core.conversation import answered
-
-STATE_TTL_S = 1800  # as app/ui.py's records: a conversation expires 30 min after its last update
 
 
 @dataclass(frozen=True)

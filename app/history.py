@@ -21,7 +21,7 @@ import zlib
 from pathlib import Path
 
 from app.result import run_result
-from app.state import SOURCES
+from app.state import SOURCES, RunRecord
 from app.why import why_html, why_of
 
 HISTORY_MAX = 20  # runs kept per session; the oldest goes first
@@ -77,11 +77,11 @@ def views_of(done: dict) -> dict[str, str]:
     return {k: zlib.decompress(v).decode("utf-8") for k, v in done["views"].items()}
 
 
-def add(history: list | None, record) -> list:
+def add(history: list | None, record: RunRecord | None) -> list:
     """The history with `record` (a compact RunRecord carrying finished_run) appended; unchanged when the record
     has none or is already listed (Stop and the run's end can both report one run)."""
     history = list(history or [])
-    done = getattr(record, "finished_run", None)
+    done = record.finished_run if record is not None else None
     if not done or any(r.finished_run["summary"]["id"] == done["summary"]["id"] for r in history):
         return history
     return (history + [record])[-HISTORY_MAX:]
@@ -129,9 +129,9 @@ def _write(name: str, text: str) -> str:
     return str(path)
 
 
-def record_file(record) -> str | None:
+def record_file(record: RunRecord | None) -> str | None:
     """One run's full record as a JSON file (its path), or None."""
-    done = getattr(record, "finished_run", None)
+    done = record.finished_run if record is not None else None
     if not done:
         return None
     s = dict(done["summary"])  # the state keeps the trees packed once; the file spells them out

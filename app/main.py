@@ -64,9 +64,10 @@ def main(argv: list[str] | None = None) -> int:
 
     plan = zerogpu.startup(zerogpu.spaces_module() is not None, args.device, args.dtype, args.tree)
     from app.inputs import Limits
-    from app.startup import auto_or_parse, compare_decoders, configure_logging, dtype_note, info_line, warm_up
+    from app.startup import compare_decoders, configure_logging, dtype_note, info_line, warm_up
     from app.startup import verify_costs  # verify ms by tree size on this machine, for the "why" what-if
     from app.ui import build_demo, serve
+    from core.engine.autotree import auto_or_parse
     from core.pipeline import build_decoders
 
     configure_logging(args.log_level)

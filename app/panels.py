@@ -13,10 +13,9 @@ from app.handlers import step_slider
 from app.lanes import BASELINE, EAGLE, lane_title
 from app.links import LINK_FIELDS, copy_js, from_query
 from app.plots import stats_figure, tree_figure
+from app.state import STATE_TTL_S
 from app.why import why_html
 from core.engine.events import RunStats
-
-STATE_TTL_S = 1800
 
 
 def stats_from_dict(d: dict) -> RunStats:
@@ -85,7 +84,7 @@ def wire_panels(pg, panels: dict, by_id: dict, link_targets: dict, done: list, l
         history = hist.add(history, record)
         opts = hist.choices(history)
         latest = opts[-1][1] if opts else None
-        done_run = getattr(record, "finished_run", None)
+        done_run = record.finished_run if record is not None else None
         return (history, hist.rows(history), gr.Dropdown(choices=opts, value=latest),
                 hist.views_of(done_run)["why"] if done_run else gr.skip(),
                 gr.DownloadButton(value=hist.record_file(record), interactive=bool(done_run)),

@@ -57,17 +57,38 @@ def tree_figure(
     """Draft tree of one EAGLE-2 step: nodes coloured by draft probability exp(score), accepted path highlighted,
     rejected nodes faded, context-lookup nodes as orange diamonds; the target's own (bonus) token is drawn as a star
     after the accepted path. Token labels are HTML-escaped: plotly renders <b>, <sup>, <br> ... in text and hover
-    labels, and tokens such as Gemma's "<b>" would format the plot instead of showing as text."""
+    labels, and tokens such as Gemma's "<b>" would format the plot instead of showing as text.
+    Drawn in layers, bottom first: edges, the head's nodes, the lookup nodes, the bonus token; then the axes."""
     fig = go.Figure()
     if event is None or not event.tree:
         return _placeholder(fig, "The draft tree of each EAGLE-2 step appears here while generating.")
     raw_label = label
     label = lambda token_id: html.escape(raw_label(token_id), quote=False)  # noqa: E731
-    nodes = event.tree
-    by_id = {n.node_id: n for n in nodes}
-    pos = tree_layout(nodes)
+    pos = tree_layout(event.tree)
     path = set(event.accepted_path)
+    _add_edges(fig, event.tree, pos, path)
+    for accepted in (False, True):
+        _add_head_nodes(fig, [n for n in event.tree if (n.node_id in path) == accepted and n.source != "lookup"],
+                        pos, label, accepted)
+    _add_lookup_nodes(fig, [n for n in event.tree if n.source == "lookup"], pos, path, label)
+    bonus = _add_bonus(fig, event, pos, label)
+    max_x = max(x for x, _ in pos.values()) + (1 if bonus is not None else 0)
+    fig.update_layout(
+        title=dict(text=title or _tree_title(event), x=0.01, font=dict(size=14)),
+        height=int(max(360, min(900, 110 + 14 * len(event.tree)))),  # fixed per request size: no jumping while live
+        margin=dict(l=10, r=10, t=50, b=30),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+        hoverlabel=dict(bgcolor="white"),
+    )
+    themed(fig)
+    fig.update_xaxes(title_text="draft depth", dtick=1, range=[-0.3, max_x + 0.9], showgrid=True, zeroline=False)
+    fig.update_yaxes(visible=False, autorange="reversed")
+    return fig
 
+
+def _add_edges(fig: go.Figure, nodes: Sequence[TreeNode], pos: dict[int, tuple[float, float]],
+               path: set[int]) -> None:
+    """Two line traces: every draft edge (thin) and the accepted path's edges (thick) over them."""
     ex, ey, ax, ay = [], [], [], []
     for n in nodes:
         if n.parent < 0:
@@ -81,55 +102,67 @@ def tree_figure(
     fig.add_trace(go.Scatter(x=ax, y=ay, mode="lines", name="accepted path", hoverinfo="skip",
                              line=dict(color=ACCEPT, width=4)))
 
-    for accepted in (False, True):
-        group = [n for n in nodes if (n.node_id in path) == accepted and n.source != "lookup"]
-        if not group:
-            continue
-        probs = [math.exp(n.score) for n in group]
-        fig.add_trace(go.Scatter(
-            x=[pos[n.node_id][0] for n in group],
-            y=[pos[n.node_id][1] for n in group],
-            mode="markers+text",
-            name="accepted" if accepted else "rejected",
-            text=[label(n.token_id) for n in group],
-            textposition="middle right",
-            textfont=dict(size=12 if accepted else 11, color="#111" if accepted else "rgba(60,60,60,0.55)"),
-            marker=dict(
-                size=[9 + 14 * p for p in probs],
-                color=probs,
-                cmin=0.0,
-                cmax=1.0,
-                colorscale=PROB_SCALE,
-                opacity=1.0 if accepted else 0.35,
-                line=dict(color=ACCEPT if accepted else "rgba(0,0,0,0.25)", width=3 if accepted else 0.5),
-                colorbar=dict(title=dict(text="draft<br>prob."), thickness=10, len=0.6) if accepted else None,
-                showscale=accepted,
-            ),
-            customdata=[
-                [label(n.token_id), n.depth, p, "root (last committed token)" if n.parent < 0
-                 else ("accepted" if accepted else "rejected"), n.token_id]
-                for n, p in zip(group, probs)
-            ],
-            hovertemplate="<b>%{customdata[0]}</b> (id %{customdata[4]})<br>depth %{customdata[1]}"
-                          "<br>cumulative draft prob. %{customdata[2]:.3f}<br>%{customdata[3]}<extra></extra>",
-        ))
 
-    looked = [n for n in nodes if n.source == "lookup"]
-    if looked:
-        fig.add_trace(go.Scatter(
-            x=[pos[n.node_id][0] for n in looked], y=[pos[n.node_id][1] for n in looked], mode="markers+text",
-            name="copied from context", text=[label(n.token_id) for n in looked], textposition="middle right",
-            textfont=dict(size=11, color=["#111" if n.node_id in path else "rgba(60,60,60,0.55)" for n in looked]),
-            marker=dict(symbol="diamond", size=13, color=LOOKUP,
-                        opacity=[1.0 if n.node_id in path else 0.35 for n in looked],
-                        line=dict(color=[ACCEPT if n.node_id in path else "rgba(0,0,0,0.25)" for n in looked],
-                                  width=[3 if n.node_id in path else 0.5 for n in looked])),
-            customdata=[[label(n.token_id), n.depth, "accepted" if n.node_id in path else "rejected", n.token_id]
-                        for n in looked],
-            hovertemplate="<b>%{customdata[0]}</b> (id %{customdata[3]})<br>depth %{customdata[1]}<br>copied from "
-                          "earlier text (context lookup)<br>%{customdata[2]}<extra></extra>",
-        ))
+def _add_head_nodes(fig: go.Figure, group: list[TreeNode], pos: dict[int, tuple[float, float]],
+                    label: Callable[[int], str], accepted: bool) -> None:
+    """The head's nodes (and the root) of one kind, accepted or rejected: sized and coloured by draft probability;
+    only the accepted trace carries the colour bar. Nothing for an empty group."""
+    if not group:
+        return
+    probs = [math.exp(n.score) for n in group]
+    fig.add_trace(go.Scatter(
+        x=[pos[n.node_id][0] for n in group],
+        y=[pos[n.node_id][1] for n in group],
+        mode="markers+text",
+        name="accepted" if accepted else "rejected",
+        text=[label(n.token_id) for n in group],
+        textposition="middle right",
+        textfont=dict(size=12 if accepted else 11, color="#111" if accepted else "rgba(60,60,60,0.55)"),
+        marker=dict(
+            size=[9 + 14 * p for p in probs],
+            color=probs,
+            cmin=0.0,
+            cmax=1.0,
+            colorscale=PROB_SCALE,
+            opacity=1.0 if accepted else 0.35,
+            line=dict(color=ACCEPT if accepted else "rgba(0,0,0,0.25)", width=3 if accepted else 0.5),
+            colorbar=dict(title=dict(text="draft<br>prob."), thickness=10, len=0.6) if accepted else None,
+            showscale=accepted,
+        ),
+        customdata=[
+            [label(n.token_id), n.depth, p, "root (last committed token)" if n.parent < 0
+             else ("accepted" if accepted else "rejected"), n.token_id]
+            for n, p in zip(group, probs)
+        ],
+        hovertemplate="<b>%{customdata[0]}</b> (id %{customdata[4]})<br>depth %{customdata[1]}"
+                      "<br>cumulative draft prob. %{customdata[2]:.3f}<br>%{customdata[3]}<extra></extra>",
+    ))
 
+
+def _add_lookup_nodes(fig: go.Figure, looked: list[TreeNode], pos: dict[int, tuple[float, float]], path: set[int],
+                      label: Callable[[int], str]) -> None:
+    """The nodes copied from the context (orange diamonds), accepted ones outlined; nothing when there are none."""
+    if not looked:
+        return
+    fig.add_trace(go.Scatter(
+        x=[pos[n.node_id][0] for n in looked], y=[pos[n.node_id][1] for n in looked], mode="markers+text",
+        name="copied from context", text=[label(n.token_id) for n in looked], textposition="middle right",
+        textfont=dict(size=11, color=["#111" if n.node_id in path else "rgba(60,60,60,0.55)" for n in looked]),
+        marker=dict(symbol="diamond", size=13, color=LOOKUP,
+                    opacity=[1.0 if n.node_id in path else 0.35 for n in looked],
+                    line=dict(color=[ACCEPT if n.node_id in path else "rgba(0,0,0,0.25)" for n in looked],
+                              width=[3 if n.node_id in path else 0.5 for n in looked])),
+        customdata=[[label(n.token_id), n.depth, "accepted" if n.node_id in path else "rejected", n.token_id]
+                    for n in looked],
+        hovertemplate="<b>%{customdata[0]}</b> (id %{customdata[3]})<br>depth %{customdata[1]}<br>copied from "
+                      "earlier text (context lookup)<br>%{customdata[2]}<extra></extra>",
+    ))
+
+
+def _add_bonus(fig: go.Figure, event: StepEvent, pos: dict[int, tuple[float, float]],
+               label: Callable[[int], str]) -> int | None:
+    """The target's own token after the accepted path, a star one level deeper on a dotted edge. Returns the
+    token (None when the step was clipped before it; then, or with no accepted path, nothing is drawn)."""
     bonus = _bonus_token(event)
     if bonus is not None and event.accepted_path:
         end = pos[event.accepted_path[-1]]
@@ -143,19 +176,7 @@ def tree_figure(
             hovertemplate="<b>%{customdata[0]}</b> (id %{customdata[1]})<br>the target's own token after the "
                           "accepted path (bonus)<extra></extra>",
         ))
-
-    max_x = max(x for x, _ in pos.values()) + (1 if bonus is not None else 0)
-    fig.update_layout(
-        title=dict(text=title or _tree_title(event), x=0.01, font=dict(size=14)),
-        height=int(max(360, min(900, 110 + 14 * len(nodes)))),  # fixed per request size: no jumping while live
-        margin=dict(l=10, r=10, t=50, b=30),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
-        hoverlabel=dict(bgcolor="white"),
-    )
-    themed(fig)
-    fig.update_xaxes(title_text="draft depth", dtick=1, range=[-0.3, max_x + 0.9], showgrid=True, zeroline=False)
-    fig.update_yaxes(visible=False, autorange="reversed")
-    return fig
+    return bonus
 
 
 def _bonus_token(event: StepEvent) -> int | None:

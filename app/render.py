@@ -236,61 +236,73 @@ def is_identical(base_ids: Sequence[int], eagle_ids: Sequence[int]) -> bool:
     return list(base_ids) == list(eagle_ids)
 
 
-def stats_html(base: RunStats, eagle: RunStats, badge: str = "", compare: RunStats | None = None,
-               compare_label: str = "") -> str:
-    """Side-by-side table of request statistics (metric names as in docs/ARCHITECTURE.md §4): baseline, the
-    token-level lane when one races (`compare`, titled `compare_label`), and EAGLE-2. The headline is EAGLE-2's
-    speedup over the baseline; a third lane adds its own speedup and EAGLE-2's over it."""
+def _ms(x: float) -> str:
+    return f"{x * 1000:.0f} ms" if x < 1 else f"{x:.2f} s"
 
-    def ms(x: float) -> str:
-        return f"{x * 1000:.0f} ms" if x < 1 else f"{x:.2f} s"
 
-    def drafted(st: RunStats) -> str:
-        return f"{st.accept_rate:.1%} ({st.accepted_drafts} of {st.drafted_tokens} drafted)"
+def _drafted(st: RunStats) -> str:
+    return f"{st.accept_rate:.1%} ({st.accepted_drafts} of {st.drafted_tokens} drafted)"
 
-    def copied(st: RunStats) -> str:
-        """Accepted drafts copied from the context vs drafted by the head: token-level vs feature-level gains."""
-        share = f" ({st.lookup_share:.0%} copied)" if st.lookup_share is not None else ""
-        return f"{st.accepted_lookup} / {st.accepted_head}{share}"
 
-    def looped(st: RunStats) -> str:
-        return "no" if st.loop_period is None else f"yes: a {st.loop_period}-token block repeats (core/engine/loops.py)"
+def _copied(st: RunStats) -> str:
+    """Accepted drafts copied from the context vs drafted by the head: token-level vs feature-level gains."""
+    share = f" ({st.lookup_share:.0%} copied)" if st.lookup_share is not None else ""
+    return f"{st.accepted_lookup} / {st.accepted_head}{share}"
 
-    lanes = [base] + ([compare] if compare is not None else []) + [eagle]
-    rows = [
+
+def _looped(st: RunStats) -> str:
+    return "no" if st.loop_period is None else f"yes: a {st.loop_period}-token block repeats (core/engine/loops.py)"
+
+
+def stat_rows(lanes: Sequence[RunStats]) -> list[tuple[str, list[str]]]:
+    """The statistics table's rows, (metric, one cell per lane), the baseline first: the drafting metrics are "–"
+    for it."""
+    base, drafting = lanes[0], lanes[1:]
+    return [
         ("new tokens", [str(s.new_tokens) for s in lanes]),
         ("tokens / s", [f"{s.tokens_per_s:.1f}" for s in lanes]),
-        ("compute time", [ms(s.seconds) for s in lanes]),
-        ("time to first token", [ms(s.ttft_s) for s in lanes]),
+        ("compute time", [_ms(s.seconds) for s in lanes]),
+        ("time to first token", [_ms(s.ttft_s) for s in lanes]),
         ("target forward passes", [str(s.target_forwards) for s in lanes]),
         ("τ (tokens per target forward)", [f"{s.tau:.2f}" for s in lanes]),
         ("mean acceptance length (vLLM)", ["–"] + [f"{mean_acceptance_length(s.steps, s.accepted_drafts):.2f}"
-                                                   for s in lanes[1:]]),
+                                                   for s in drafting]),
         ("drafts · draft tokens · accepted tokens",
-         ["–"] + [f"{s.steps} · {s.drafted_tokens} · {s.accepted_drafts}" for s in lanes[1:]]),
-        ("draft / verify / other time", [f"– / {ms(base.verify_s)} / {ms(base.other_s)}"]
-         + [f"{ms(s.draft_s)} / {ms(s.verify_s)} / {ms(s.other_s)}" for s in lanes[1:]]),
-        ("draft acceptance", ["–"] + [drafted(s) for s in lanes[1:]]),
-        ("accepted from lookup / head", ["–"] + [copied(s) for s in lanes[1:]]),
-        ("ends in a loop", [looped(s) for s in lanes]),
+         ["–"] + [f"{s.steps} · {s.drafted_tokens} · {s.accepted_drafts}" for s in drafting]),
+        ("draft / verify / other time", [f"– / {_ms(base.verify_s)} / {_ms(base.other_s)}"]
+         + [f"{_ms(s.draft_s)} / {_ms(s.verify_s)} / {_ms(s.other_s)}" for s in drafting]),
+        ("draft acceptance", ["–"] + [_drafted(s) for s in drafting]),
+        ("accepted from lookup / head", ["–"] + [_copied(s) for s in drafting]),
+        ("ends in a loop", [_looped(s) for s in lanes]),
     ]
-    body = "".join(f"<tr><th>{_esc(a)}</th>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>"
-                   for a, cells in rows)
+
+
+def stats_headline(base: RunStats, eagle: RunStats, badge: str, compare: RunStats | None, compare_label: str) -> str:
+    """EAGLE-2's speedup over the baseline (marked slower under 1x), a third lane's own speedup and EAGLE-2's over
+    it, then `badge`; the badge alone while no speedup is known."""
     gain = speedup(eagle, base)
+    if not gain:
+        return f'<div class="stats-head">{badge}</div>'
     extra = ""
     if compare is not None and speedup(compare, base):
         extra = (f'<span class="speedup compare-speedup">{_esc(compare_label)} {speedup(compare, base):.2f}×</span>'
                  f'<span class="speedup vs-compare">EAGLE-2 vs {_esc(compare_label)} {speedup(eagle, compare):.2f}×'
                  "</span>")
-    head = (
-        f'<div class="stats-head"><span class="speedup{" slower" if gain < 1 else ""}">{gain:.2f}× speedup'
-        f"</span>{extra}{badge}</div>"
-        if gain
-        else f'<div class="stats-head">{badge}</div>'
-    )
+    return (f'<div class="stats-head"><span class="speedup{" slower" if gain < 1 else ""}">{gain:.2f}× speedup'
+            f"</span>{extra}{badge}</div>")
+
+
+def stats_html(base: RunStats, eagle: RunStats, badge: str = "", compare: RunStats | None = None,
+               compare_label: str = "") -> str:
+    """Side-by-side table of request statistics (metric names as in docs/ARCHITECTURE.md §4): baseline, the
+    token-level lane when one races (`compare`, titled `compare_label`), and EAGLE-2. The headline is EAGLE-2's
+    speedup over the baseline; a third lane adds its own speedup and EAGLE-2's over it."""
+    lanes = [base] + ([compare] if compare is not None else []) + [eagle]
+    body = "".join(f"<tr><th>{_esc(a)}</th>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>"
+                   for a, cells in stat_rows(lanes))
     titles = [BASELINE.title] + ([compare_label] if compare is not None else []) + [EAGLE.title]
     return (
-        head
+        stats_headline(base, eagle, badge, compare, compare_label)
         + f'<table class="stats-table{" lanes-3" if compare is not None else ""}"><thead><tr><th></th>'
         + "".join(f"<th>{_esc(t)}</th>" for t in titles)
         + f"</tr></thead><tbody>{body}</tbody></table>"

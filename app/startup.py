@@ -1,33 +1,13 @@
-"""Start-up helpers of the app: the tree plan (`--tree`), the token-level lanes, and the warm-up.
+"""Start-up helpers of the app: the token-level lanes, the verify profile and the warm-up (the tree plan of `--tree`
+is core.engine.autotree.auto_or_parse, which the bench's measure_defaults shares).
 
 No layout and no per-request work here; app.py calls these once before serving.
 """
-import dataclasses
 import logging
 from pathlib import Path
 
-from core.engine.autotree import TreePlan
-from core.engine.config import DecodeConfig, TreeConfig
+from core.engine.config import DecodeConfig
 from core.engine.exactness import short_name
-
-from app.inputs import DEFAULT_TREE
-
-
-def auto_or_parse(spec: str | None, eagle, tokenizer) -> TreePlan:
-    """--tree: None or 'default' keeps the engine default; 'T,D,K[,L[,S]]' is used for every request; 'auto' measures this machine
-    once and plans one tree for greedy requests and one for sampled ones (core/engine/autotree.py)."""
-    if not spec or spec == "default":
-        return TreePlan.fixed(DEFAULT_TREE, "engine default")
-    if spec != "auto":
-        return TreePlan.fixed(TreeConfig.parse(spec), "given")
-    from core.engine.autotree import describe, plan_regimes
-
-    plan, reports = plan_regimes(eagle, tokenizer("The history of the printing press").input_ids, max_new_tokens=48)
-    plan = dataclasses.replace(plan, verify_ms=dict(reports["greedy"].verify_ms))  # reused by the "why" what-if
-    logging.getLogger("eagle_playground").info(
-        "auto tree: greedy %s, sampled %s (verify ms by tree size %s)", describe(plan.greedy), describe(plan.sampled),
-        {n: round(v, 1) for n, v in reports["greedy"].verify_ms.items()})
-    return plan
 
 
 def verify_costs(target) -> dict[int, float]:

@@ -3,7 +3,7 @@
 While a request runs, the state holds its live RunRecord (every StepEvent of both methods; the Stop button flips its
 `stop` flag). When the request ends, the state keeps only `RunRecord.compact()`: no prompt, no events, and each
 verify step's draft tree packed into flat arrays (about 13 bytes a node instead of a TreeNode object), which is all
-the step slider needs. The gr.State also expires (app/ui.py: time_to_live), so a session's record does not outlive
+the step slider needs. The gr.State also expires (STATE_TTL_S, its time_to_live), so a session's record does not outlive
 its use.
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from app.lanes import LaneRow, lane_rows
 from core.engine.events import StepEvent, TreeNode
 
+STATE_TTL_S = 1800  # every gr.State expires 30 min after its last update (Gradio keeps a closed tab's 1 h)
 SOURCES = ("root", "head", "lookup")
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from app.lanes import speedup
+from core.engine.autotree import interpolate
 from core.engine.events import RunStats, StepEvent
 
 WHAT_IF_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
@@ -86,19 +87,6 @@ def why_of(d: dict) -> Why:
     rows = tuple(WhatIf(**w) for w in d.get("what_if", ()))
     return Why(d["lane"], d["tau"], d["plain_step_ms"], d["draft_ms"], d["verify_ms"], d["other_ms"], d["tree_size"],
                d["measured_speedup"], rows)
-
-
-def interpolate(profile: dict[int, float], size: float) -> float:
-    """ms of a verify of `size` tokens from a measured profile: linear between measured sizes, flat outside."""
-    sizes = sorted(profile)
-    if not sizes:
-        return 0.0
-    if size <= sizes[0]:
-        return profile[sizes[0]]
-    for a, b in zip(sizes, sizes[1:]):
-        if size <= b:
-            return profile[a] + (profile[b] - profile[a]) * (size - a) / (b - a)
-    return profile[sizes[-1]]
 
 
 def _head_probs(ev: StepEvent) -> list[float]:

@@ -1,4 +1,5 @@
-"""Conversations: a message history ({role, content} dicts) checked and encoded with the model's chat template.
+"""Conversations: a message history ({role, content} dicts) checked here and encoded with the model's chat template
+by core.prompt.encode_messages (the one place prompts become ids).
 
 A multi-turn race keeps one history: every new user turn is decoded by each method on the same prompt ids (the
 history so far, the new user turn, the opened assistant turn), and the history then takes the target's own answer,
@@ -7,8 +8,6 @@ EAGLE run MT-bench's second turns: the first turn's answer goes back into the co
 of a tokenizer; nothing here loads a model.
 """
 from __future__ import annotations
-
-from core.prompt import encode_messages  # noqa: F401  (re-exported: the one place prompts become ids)
 
 ROLES = ("system", "user", "assistant")
 MAX_MESSAGES = 64  # a request's history, at most; the token cap bounds the rest

@@ -18,9 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-from core.drafters.heads import vllm_problems  # noqa: F401  (the check `check` runs; it lives with the rules)
-
 from core.cli import fail
+from core.drafters.heads import vllm_problems  # the check `check` runs; it lives with the head rules
 from core.paths import data_dir
 
 DATA = data_dir()  # $EAGLE_DATA_DIR, else ../shared/data (core/paths.py)

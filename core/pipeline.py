@@ -4,7 +4,7 @@ Head choice: an explicit folder, else the head the preset registry names for the
 static/heads/qwen2.5-coder-0.5b-instruct) when that folder holds a head, else a freshly initialised head (lossless,
 but its drafts are guesses; Eagle2Decoder.note says so).
 Every user-facing failure (missing or unreadable head, wrong shapes) is a ValueError with one line. Prompts cross
-into ids at one boundary, core/prompt.py (its names are re-exported here for callers of the older spelling).
+into ids at one boundary, core/prompt.py.
 """
 from __future__ import annotations
 
@@ -20,8 +20,6 @@ from core.engine.baseline import BaselineDecoder
 from core.engine.eagle import Eagle2Decoder
 from core.models.target import DEFAULT_MODEL, TargetModel, load_target
 from core.models.presets import get_preset
-from core.prompt import (PROMPT_MODES, check_prompt_fits, decode, encode,  # noqa: F401  (re-exported)
-                         encode_prompt, prompt_mode)
 
 
 def default_head(model: str | None) -> Path | None:

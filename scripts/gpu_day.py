@@ -392,18 +392,12 @@ def arch_failures(name: str, result: dict) -> list[str]:
     return fails
 
 
-def interpolate(profile: dict[str, float], n: int) -> float:
-    """Verify ms at `n` tree tokens from the measured profile (linear between the sizes timed)."""
-    pts = sorted((int(k), v) for k, v in profile.items())
-    lo = max((p for p in pts if p[0] <= n), default=pts[0])
-    hi = min((p for p in pts if p[0] >= n), default=pts[-1])
-    return lo[1] if hi[0] == lo[0] else lo[1] + (hi[1] - lo[1]) * (n - lo[0]) / (hi[0] - lo[0])
-
-
 def predict(card: dict, result: dict) -> dict:
     """app/why.py's formula on this device's costs and the card's CPU-measured tau: tau x plain / drafting step."""
+    from core.engine.autotree import interpolate
+
     r = result["races"][card["head"]]
-    verify = interpolate(result["verify_ms"], card["tree"][0])
+    verify = interpolate({int(k): v for k, v in result["verify_ms"].items()}, card["tree"][0])
     step = r["draft_ms"] + verify + r["other_ms"]
     plain = r["plain_step_ms"]
     return {"head": card["head"], "model": card["model"], "kind": card["kind"], "cpu_tau": card["tau"],

@@ -114,11 +114,12 @@ def _build(kind: str, vocab: int, seed: int) -> torch.nn.Module:
 
 @functools.lru_cache(maxsize=None)
 def load_script(name: str):
-    """scripts/NAME.py as a module (the scripts are files, not a package), for tests that call their main()."""
+    """scripts/NAME.py (NAME may name a subfolder: "probes/oracle_tau") as a module (the scripts are files, not a
+    package), for tests that call their main()."""
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "scripts" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(Path(name).name, Path(__file__).parents[1] / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -13,7 +13,8 @@ from transformers import AutoTokenizer
 from core.bench.cli import main
 from core.bench.report import pooled_tau
 from core.bench.turns import second_turns
-from core.conversation import encode_messages, turn_messages
+from core.conversation import turn_messages
+from core.prompt import encode_messages
 from test_bench import stack  # noqa: F401  (fixture: the tiny model, head and tokenizer saved as folders)
 from test_chat import TEMPLATE
 

@@ -11,7 +11,7 @@ import pytest
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from app.ui import build_demo, launch_options  # noqa: E402
-from core.conversation import encode_messages  # noqa: E402
+from core.prompt import encode_messages  # noqa: E402
 from fakes import tiny_stack  # noqa: E402
 from test_browser import ARTIFACTS, browser, open_page, set_max_new_tokens  # noqa: E402,F401  (fixture)
 from test_chat import TEMPLATE, Recording  # noqa: E402

@@ -10,8 +10,9 @@ import pytest
 from app.chat import commit, reset_conversation, toggle_conversation
 from app.handlers import Playground
 from app.inputs import RunSettings
-from core.conversation import answered, check_messages, encode_messages, turn_messages, with_system
+from core.conversation import answered, check_messages, turn_messages, with_system
 from core.engine.metrics_names import mean_acceptance_length, serving_names
+from core.prompt import encode_messages
 from fakes import CharTokenizer, ReplayDecoder, baseline_events, eagle_events, tiny_stack, tiny_tokenizer
 
 TEMPLATE = ("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"

@@ -277,8 +277,7 @@ def test_spaces_installed_without_zero_gpu_keeps_every_limit(monkeypatch):
 def test_tree_flag_keeps_defaults_parses_or_measures():
     """app.py --tree: absent keeps the engine default, 'T,D,K' is used for every request, 'auto' measures this
     machine and plans one tree for greedy and one for sampled requests (core/engine/autotree.py)."""
-    from app.startup import auto_or_parse
-    from core.engine.autotree import TreePlan
+    from core.engine.autotree import TreePlan, auto_or_parse
     from core.engine.config import TreeConfig
     from fakes import tiny_stack
 

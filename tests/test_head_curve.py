@@ -1,10 +1,10 @@
-"""scripts/head_curve.py: tokens and training seconds add up along a fine-tuned head's chain of cards, every
+"""core/bench/head_curve.py: tokens and training seconds add up along a fine-tuned head's chain of cards, every
 snapshot of a run becomes a point at its share of the run's data, and an evaluate result replaces a card's own."""
 from __future__ import annotations
 
 import json
 
-from scripts.head_curve import main, rows_for
+from core.bench.head_curve import main, rows_for
 
 
 def card(tokens: int, generated: int, secs: float, tau0: float, tau1: float, init: dict | None = None,

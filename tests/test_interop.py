@@ -15,7 +15,8 @@ import torch
 from conftest import tiny_model
 from core.drafters.draft_head import HeadConfig, init_head, save_head
 from core.drafters.eagle3_head import Eagle3Config, init_eagle3_head, save_eagle3_head
-from core.interop import compare, main as interop_main, per_position, vllm_problems
+from core.drafters.heads import vllm_problems
+from core.interop import compare, main as interop_main, per_position
 from core.train.__main__ import main as train_main
 from test_train import args, setup  # noqa: F401  (the tiny model folder, prompts and questions)
 

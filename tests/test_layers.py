@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 LAYERS = (  # (module prefix, layer); the longest matching prefix decides
     ("core.engine", 0),
-    ("core.models", 1),  # relayout: keep (the package, not a flat module)
+    ("core.models", 1),
     ("core.drafters", 2),
     ("core", 3),
     ("core.train", 4),

@@ -1,8 +1,8 @@
-"""scripts/measure_defaults.py: the bench runs with app.py's own settings (EAGLE_* included) and the app's tree plan,
+"""core/bench/measure_defaults.py: the bench runs with app.py's own settings (EAGLE_* included) and the app's tree plan,
 at T=0 and T=1, and writes the JSON files and README's rows."""
 import json
 
-from scripts import measure_defaults as md
+from core.bench import measure_defaults as md
 from test_bench import stack  # noqa: F401  (the tiny model, head and questions on disk)
 
 

@@ -1,4 +1,4 @@
-"""scripts/oracle_tau.py's tree arithmetic: the best tree of N nodes for a perfect drafter, checked against brute
+"""scripts/probes/oracle_tau.py's tree arithmetic: the best tree of N nodes for a perfect drafter, checked against brute
 force over every tree that fits, and the chain's expected accepts in closed form."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from conftest import load_script
 
-oracle = load_script("oracle_tau")
+oracle = load_script("probes/oracle_tau")
 
 
 def brute_force(levels: list[list[float]], total: int, top_k: int) -> float:

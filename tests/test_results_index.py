@@ -1,10 +1,10 @@
-"""scripts/results_index.py: the leaderboard and the file index built from bench JSON files, and results/ staying
+"""core/bench/results_index.py: the leaderboard and the file index built from bench JSON files, and results/ staying
 data (no HTML pages, under 10 MB)."""
 import json
 import subprocess
 from pathlib import Path
 
-from scripts.results_index import BEGIN, END, index, leaderboard, main
+from core.bench.results_index import BEGIN, END, index, leaderboard, main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,7 +32,7 @@ def test_one_row_per_drafting_method_newest_first(tmp_path):
     listing = index(tmp_path)
     assert "| old.json | core.bench: m, bfloat16, T=0, 2 prompts, methods hf, eagle2; 2026-12-01 |" in listing
     assert "| probe.json |" in listing
-    assert "| defaults_2026-12-03.json | scripts/measure_defaults.py:" in listing
+    assert "| defaults_2026-12-03.json | core/bench/measure_defaults.py:" in listing
 
 
 def test_write_replaces_only_the_marked_block(tmp_path):
@@ -72,6 +72,6 @@ def test_index_names_what_each_kind_of_file_is(tmp_path):
     (tmp_path / "round.json").write_text(json.dumps({"what": "a round's held-out curves", "run": {}}))
     text = index(tmp_path)
     assert "| round.json | a round's held-out curves |" in text
-    assert "| curve.json | scripts/head_curve.py: τ against training data, 1 heads and snapshots" in text
+    assert "| curve.json | core/bench/head_curve.py: τ against training data, 1 heads and snapshots" in text
     assert "| vllm.json | scripts/vllm_side.py: vllm 0.32.0 on m |" in text
     assert "| other.json | probe data of a script" in text

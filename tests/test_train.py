@@ -359,11 +359,11 @@ def test_sources_stop_with_one_line_when_the_model_writes_no_german(setup, tmp_p
 
 
 def test_the_training_profile_script_runs_the_recipe_loss_on_real_shards(setup, tmp_path, capsys):
-    """scripts/profile_train_step.py (README's training profile) on shards written by `core.train --data-only`: it
+    """scripts/probes/profile_train_step.py (README's training profile) on shards written by `core.train --data-only`: it
     profiles the recipe's loss and backward and reports the LM-head products' share; a folder without shards is one
     line and exit status 2."""
     assert main(args(setup, tmp_path / "run", 1) + ["--data-only"]) == 0
-    prof = load_script("profile_train_step")
+    prof = load_script("probes/profile_train_step")
     common = ["--model", str(setup["model"]), "--tokens-per-batch", "64", "--steps", "1"]
     assert prof.main(["--shards", str(tmp_path / "run" / "shards"), "--draft-vocab", "96", *common]) == 0
     out = capsys.readouterr().out
@@ -420,11 +420,11 @@ def test_training_on_a_gpu_leaves_the_cudnn_attention_kernel_out_and_a_cpu_keeps
 
 
 def test_the_oracle_script_bounds_tau_by_the_targets_own_distribution(setup, tmp_path, capsys):
-    """scripts/oracle_tau.py on shards written by `core.train --data-only`: one JSON line per group of sequences
+    """scripts/probes/oracle_tau.py on shards written by `core.train --data-only`: one JSON line per group of sequences
     (greedy, sampled); a perfect drafter's τ lies between 1 and depth + 1, the best tree never below the chain of
     the same depth; near T=0 the target's greedy text is certain, so the chain accepts every level."""
     assert main(args(setup, tmp_path / "run", 1) + ["--data-only"]) == 0
-    oracle = load_script("oracle_tau")
+    oracle = load_script("probes/oracle_tau")
     common = ["--model", str(setup["model"]), "--shards", str(tmp_path / "run" / "shards"), "--max-seqs", "12",
               "--depth", "3", "--total-tokens", "6", "--top-k", "2"]
     capsys.readouterr()

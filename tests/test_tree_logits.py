@@ -116,7 +116,7 @@ def test_sampled_eagle2_gives_the_same_tokens_with_rows_on_demand(kind):
 
 
 def test_the_draft_profile_script_reports_a_step_split(tmp_path, capsys):
-    """scripts/profile_draft.py (README, "Faster drafting") on a tiny saved model and head: the per-step split it
+    """scripts/probes/profile_draft.py (README, "Faster drafting") on a tiny saved model and head: the per-step split it
     prints adds up to the step, and a file with too few rows is one line and exit status 2."""
     import json
 
@@ -128,7 +128,7 @@ def test_the_draft_profile_script_reports_a_step_split(tmp_path, capsys):
     save_head(init_head(HeadConfig.for_target(64, 128), seed=2), tmp_path / "h", dtype=torch.float32)
     q = tmp_path / "q.jsonl"
     q.write_text("".join(json.dumps({"turns": [f"the cat sat on the mat {i}"]}) + "\n" for i in range(4)))
-    script = load_script("profile_draft")
+    script = load_script("probes/profile_draft")
     common = ["--model", str(tmp_path / "m"), "--head", str(tmp_path / "h"), "--dtype", "fp32", "--questions", str(q)]
     assert script.main([*common, "--prompts", "2", "--max-new-tokens", "12", "--tree", "6,3,2,0", "--ops"]) == 0
     out = capsys.readouterr().out

@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from app.why import WhatIf, explain, interpolate, tau_at_sizes, why_html
+from app.why import WhatIf, explain, tau_at_sizes, why_html
+from core.engine.autotree import interpolate
 from core.engine.events import StepEvent, TreeNode, summarize
 from fakes import baseline_events, eagle_events
 

@@ -9,7 +9,8 @@ sampled output; in fp32 greedy every lossless method's is the same token for tok
 from __future__ import annotations
 
 from core.bench.questions import BenchError
-from core.conversation import encode_messages, turn_messages
+from core.conversation import turn_messages
+from core.prompt import encode_messages
 
 
 def check_turns(turns: int, methods: tuple[str, ...], raw: bool) -> None:

@@ -20,6 +20,8 @@ Greedy runs keep it as configured: small models loop and copy later in a generat
 """
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 import statistics
 from collections.abc import Callable
@@ -167,8 +169,11 @@ def stop_depth(step: tuple[tuple[float, int], ...], depth: int, stop: float) -> 
 
 
 def interpolate(profile: dict[int, float], n: float) -> float:
-    """Verify ms at n tokens, linear between measured sizes (clamped to the measured range)."""
+    """Verify ms at n tokens from a measured profile: linear between measured sizes, flat outside the measured range
+    (0.0 for an empty profile). The planner here, the app's "why this speedup" and gpu_day's prediction share it."""
     xs = sorted(profile)
+    if not xs:
+        return 0.0
     if n <= xs[0]:
         return profile[xs[0]]
     for a, b in zip(xs, xs[1:]):
@@ -258,3 +263,19 @@ def plan_regimes(decoder: Eagle2Decoder, prompt_ids: list[int], depth: int = 6, 
     plan = TreePlan(reports["greedy"].chosen, reports["sampled"].chosen,
                     "auto: core.engine.autotree.plan_regimes (one calibration greedy, one at T=1)")
     return plan, reports
+
+
+def auto_or_parse(spec: str | None, eagle: Eagle2Decoder | None, tokenizer) -> TreePlan:
+    """The app's --tree: None or 'default' keeps the engine default; 'T,D,K[,L[,S]]' is used for every request;
+    'auto' measures this machine once and plans one tree for greedy requests and one for sampled ones
+    (`plan_regimes`). Here rather than in the app so the bench's measure_defaults plans exactly as the app does."""
+    if not spec or spec == "default":
+        return TreePlan.fixed(TreeConfig(), "engine default")
+    if spec != "auto":
+        return TreePlan.fixed(TreeConfig.parse(spec), "given")
+    plan, reports = plan_regimes(eagle, tokenizer("The history of the printing press").input_ids, max_new_tokens=48)
+    plan = dataclasses.replace(plan, verify_ms=dict(reports["greedy"].verify_ms))  # reused by the "why" what-if
+    logging.getLogger("eagle_playground").info(
+        "auto tree: greedy %s, sampled %s (verify ms by tree size %s)", describe(plan.greedy), describe(plan.sampled),
+        {n: round(v, 1) for n, v in reports["greedy"].verify_ms.items()})
+    return plan

@@ -25,7 +25,7 @@ worst-case bound gamma_H = H*u / (1 - H*u) already exceeds 1 for one dot product
 Gemma 3 270M in bf16 (sourdough prompt of the README, default tree), over the 8 positions before the divergence,
 the two runs' top-1 logits differed by at most 2 ulps and their top-2 margins (a logit difference) by at most 16
 ulps. The largest change of a logit difference seen is D = 16 ulps at the top-1 logit. Every recorded bf16 divergence
-of the earlier bench runs has m_b + m_m <= 7 ulps (docs/trust.md, scripts/reclassify_near_ties.py), so D leaves
+of the earlier bench runs has m_b + m_m <= 7 ulps (docs/trust.md, "Earlier results re-classified"), so D leaves
 more than a factor of two over what rounding was seen to do, while a divergence where either run won by more than
 16 ulps can no longer hide behind a small margin on the other side. In fp32 D is ~3e-5 at logits of 30, so fp32
 runs, which match token for token, flag any real divergence as a mismatch.

@@ -7,8 +7,8 @@ checks both; acceptance rules are unchanged because every proposal is still a de
 
 Loops are copied whole. The copy may run into the text it is copying (copy with overlap, as LZ77 does): past the
 end of the history the chain repeats its own first tokens, so a run of period p continues for the full `max_len`
-tokens instead of stopping after the p tokens that separate the match from the end (the latest occurrence of the
-suffix inside a run of "1 1 1 1" used to yield a single token every step). Among earlier occurrences the one
+tokens instead of stopping after the p tokens that separate the match from the end (inside a run of "1 1 1 1" the
+latest occurrence of the suffix would leave a single token to copy). Among earlier occurrences the one
 followed by the most real text wins (up to `max_len`; the latest among equals), so a copy leans on text that was
 seen to continue that far and uses the overlap only when every occurrence is that close to the end.
 """
@@ -24,10 +24,8 @@ def context_draft(history: Sequence[int], max_len: int, max_ngram: int = 3, min_
     max_ngram..min_ngram; for the first size that occurs earlier, picks the occurrence with the longest real
     continuation (capped at max_len, the latest among equals) and copies after it with overlap. [] when nothing
     matches. Cost: O(len(history)) per call (one reversed copy, C-level `list.index` scans, a slice compare per
-    hit of the suffix's first token). timeit on a 4,096-token history (2-core CPU, shared): 0.02-0.03 ms inside a
-    period-1 or period-3 run, 0.26 ms when nothing repeats, 0.75 ms in the worst case tried (the last token at
-    every other position, no longer match); the previous latest-occurrence scan took 0.3-0.7 ms on the same
-    inputs. A target forward of the default model is tens of milliseconds.
+    hit of the suffix's first token): under a millisecond on a 4,096-token history, against the tens of milliseconds
+    of a target forward (docs/perf.md, "Context lookup").
     """
     n_hist = len(history)
     if max_len <= 0 or n_hist < min_ngram + 1:

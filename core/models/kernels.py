@@ -12,23 +12,21 @@ each one's best time (a warm-up round included).
   drafters' reduced heads (core/drafters/eagle.py, core/drafters/medusa.py) each time their own shape and multiply through
   `head_product`.
 - `body_choice` and `OneDNNLinear`: at which row counts the target's forward runs faster with its linear layers
-  routed through oneDNN's linear primitive than through linear()'s default BLAS call (MKL in torch's CPU builds).
-  On an AVX2-only EPYC in fp32 a decoder layer's products ran about 2x faster through oneDNN at the 4 to 32 rows of
-  a tree verify. The route is a torch function mode entered around the target's forward (and the draft head's):
-  the modeling code, its classes and its modules stay as they are.
+  routed through oneDNN's linear primitive than through linear()'s default BLAS call (MKL in torch's CPU builds),
+  which on some processors runs the few rows of a tree verify at about half oneDNN's speed. The route is a torch
+  function mode entered around the target's forward (and the draft head's): the modeling code, its classes and its
+  modules stay as they are.
 - `PackedWeights`: copies of a model's weights in oneDNN's own blocked layout, made once at load. linear() and
   oneDNN on a plain weight re-lay the whole matrix out on every call; for the few rows of a decode step that is
-  most of the cost. On an AMD EPYC with AVX-512 BF16 (2 threads, 2026-12-05) Gemma 3 270M's (262144, 640) bf16 LM
-  head took 15.7 ms for one row through oneDNN on the plain weight and 4.4 ms on the packed copy (21.9 against
-  8.9 ms for 16 rows), with bitwise-equal logits. The `onednn` head kernel and the `OneDNNLinear` route read a
-  packed copy wherever one exists, so the timing above compares the packed product against the others.
+  most of the cost, and the packed copy gives bitwise-equal results. The `onednn` head kernel and the
+  `OneDNNLinear` route read a packed copy wherever one exists, so the start-up timings compare the packed product
+  against the others.
 - `fastest_cpu_dtype`: bf16 or fp32 for a CPU model loaded without an explicit dtype. fp32 is the exact reference,
   so it is chosen whenever it is at least as fast; bf16 only where the processor makes it faster.
-- `bf16_matmul_is_faster`: whether head training on CPU runs under bf16 autocast or in plain fp32.
+- `bf16_matmul_is_faster`: whether head training on CPU runs under bf16 autocast or in plain fp32 (without bf16
+  units, bf16 products run several times slower than fp32).
 
-Measured on an AMD EPYC with AVX2 only (2 threads, 2026-12-02; docs/results-history.md, "When the processor has no
-bf16 units"): a 16-row product with Gemma 3 270M's (262144, 640) head took 463 ms in bf16 and 124 ms in fp32
-(vocabulary-major; 256 ms through linear()), one row 29 and 54 ms.
+The measurements that shaped each choice: docs/perf.md, "CPU kernels".
 """
 from __future__ import annotations
 
@@ -233,9 +231,7 @@ def head_choice(w: torch.Tensor, bias: torch.Tensor | None = None, rounds: int =
                 packed: PackedWeights | None = None) -> tuple[str, bool]:
     """(kernel, rows cheap) for a (V, H) head on this machine: the fastest of `head_candidates`, one decision for 1
     and 8 rows together, and `rows_are_cheap` for that kernel; ("linear", False) for a head with a bias or off CPU.
-    Measured on an AVX2-only EPYC in fp32 (2 threads, 2026-12-03): the 262,144-row Gemma head took 74 ms (mv)
-    against 40 ms (oneDNN) for one row and 147 against 132 ms for 16 rows; the drafter's 16,384-row head 19 ms
-    through linear() against 7.5 ms vocabulary-major for 8 rows.
+    Which kernel wins depends on the head's shape as well as the processor (docs/perf.md, "LM-head kernel").
     """
     if bias is not None or len(head_candidates(w)) == 1:
         return "linear", False
@@ -267,8 +263,7 @@ class OneDNNLinear(TorchFunctionMode):
     """While active, every F.linear on CPU whose input and weight share a dtype runs through oneDNN's linear
     primitive (`_onednn_linear`, bias added there), on the weight's packed copy when `packed` holds one; any other
     call passes through unchanged. A function mode sees every torch call, so it costs a few microseconds on each
-    (about 13 ms over the ~2,200 calls of one Gemma 3 270M forward on the AVX2 EPYC, 2.7 ms on the AVX-512 one);
-    `body_choice` therefore times whole forwards, not products."""
+    (milliseconds over a whole forward; docs/perf.md); `body_choice` therefore times whole forwards, not products."""
 
     def __init__(self, packed: PackedWeights | None = None):
         super().__init__()
@@ -289,11 +284,9 @@ class OneDNNLinear(TorchFunctionMode):
 def body_choice(forward: Callable[[int, bool], object], sizes: tuple[int, ...] = BODY_ROWS,
                 rounds: int = 2) -> frozenset[int]:
     """The row counts in `sizes` at which `forward(rows, routed)` (one target forward of that many new tokens, inside
-    `OneDNNLinear` when routed) ran faster routed; `routes_onednn` maps any row count onto them. Measured on an
-    AVX2-only EPYC in fp32 (2 threads, 2026-12-03): Gemma 3 270M's forward lost routed at one row (99 against 87 ms:
-    the mode's cost) and won at 16 (178 against 196); one Qwen2.5-0.5B layer's products alone took 26.2 ms through
-    linear() against 13.9 ms through oneDNN at 16 rows (docs/results-history.md, "The body's products through
-    oneDNN")."""
+    `OneDNNLinear` when routed) ran faster routed; `routes_onednn` maps any row count onto them. Timed per row
+    count because the mode's own cost can lose at one row what the products win at sixteen (docs/perf.md, "The
+    body's products through oneDNN")."""
     won = set()
     for m in sizes:
         t = fastest({False: lambda: forward(m, False), True: lambda: forward(m, True)}, rounds)

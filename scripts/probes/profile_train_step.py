@@ -8,7 +8,7 @@ the GFLOP a step spends in LM-head products (the teacher's distribution, and eve
 and backward: 1 + 2 * ttt_steps products of tokens x H x draft vocab) and the rate they ran at, then the top
 operators. Run it alone on the machine.
 
-    python scripts/profile_train_step.py --shards runs/g5-data/shards --head static/heads/gemma-3-270m
+    python scripts/probes/profile_train_step.py --shards runs/g5-data/shards --head static/heads/gemma-3-270m
 
 Results: README, "How the default head was trained".
 """

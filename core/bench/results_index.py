@@ -1,6 +1,6 @@
 """The results leaderboard, built from the bench JSON files in results/ (no model, no network).
 
-python -m scripts.results_index [--results results] [--write docs/results.md] [--index results/INDEX.md]
+python -m core.bench.results_index [--results results] [--write docs/results.md] [--index results/INDEX.md]
 
 Every core.bench JSON (config + per_prompt + summary) gives one row per drafting method it measured (eagle2,
 eagle2-head, the -b head, chains, Medusa, lookup): date, the commit that added the file, processor, model, dtype,
@@ -18,7 +18,7 @@ from pathlib import Path
 
 DRAFTING = ("eagle2", "eagle2-head", "eagle2-head-b", "eagle2-chain", "eagle2-chain-b", "eagle2-greedy-tree",
             "medusa", "lookup")
-BEGIN, END = "<!-- LEADERBOARD BEGIN (scripts/results_index.py) -->", "<!-- LEADERBOARD END -->"
+BEGIN, END = "<!-- LEADERBOARD BEGIN (core/bench/results_index.py) -->", "<!-- LEADERBOARD END -->"
 HEADER = ("| date | commit | processor | model | dtype | method | head | tree | T | vs generate() | vs baseline | tau "
           "| mismatches (unexplained) | JSON |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
@@ -127,7 +127,7 @@ def index(results: Path) -> str:
     lines = ["# results/: what each file is", "",
              "Data only: core.bench JSON (config + per_prompt + summary), their console logs, and a few script "
              "reports. HTML reports are written on request (`--html`) and not committed (.gitignore). The "
-             "leaderboard built from these files is docs/results.md (`python -m scripts.results_index --write "
+             "leaderboard built from these files is docs/results.md (`python -m core.bench.results_index --write "
              "docs/results.md --index results/INDEX.md` rebuilds both).", "",
              "| file | what |", "|---|---|"]
     for path in sorted(results.iterdir()):
@@ -145,13 +145,13 @@ def index(results: Path) -> str:
                         f", {c.get('n_prompts', '?')} prompts, methods {', '.join(data['summary'])}; "
                         f"{str(c.get('date', ''))[:10]}")
             elif isinstance(data, dict) and "bench_commands" in data:
-                what = "scripts/measure_defaults.py: README's table rows, the app's settings and the bench commands"
+                what = "core/bench/measure_defaults.py: README's table rows, the app's settings and the bench commands"
             elif isinstance(data, dict) and "engine" in data:
                 what = f"scripts/vllm_side.py: {data.get('engine')} {data.get('version', '')} on {data.get('model', '?')}"
             elif isinstance(data, dict) and isinstance(data.get("what"), str):  # a file that says what it is
                 what = data["what"]
             elif isinstance(data, list) and data and all(isinstance(r, dict) and "tokens_seen" in r for r in data):
-                what = f"scripts/head_curve.py: τ against training data, {len(data)} heads and snapshots from their cards"
+                what = f"core/bench/head_curve.py: τ against training data, {len(data)} heads and snapshots from their cards"
             else:
                 what = "probe data of a script (scripts/bf16_rows_probe.py)"
         lines.append(f"| {path.name} | {what} |")
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = Path(a.write)
     text = doc.read_text()
     if BEGIN not in text or END not in text:
-        print(f"scripts.results_index: error: {doc} has no {BEGIN} ... {END} block", file=sys.stderr)
+        print(f"core.bench.results_index: error: {doc} has no {BEGIN} ... {END} block", file=sys.stderr)
         return 2
     head, rest = text.split(BEGIN, 1)
     doc.write_text(head + BEGIN + "\n" + table + "\n" + END + rest.split(END, 1)[1])

@@ -6,7 +6,7 @@ tokens/s ratio, and the same arithmetic with the plain step and the verify read 
 before the prompts (core.engine.autotree.verify_profile, as the app does at start-up) instead of the run. The prompts are
 written for this check (instructions of everyday kinds), not taken from any training or benchmark set.
 
-    python -m scripts.why_check --model smollm2-135m-instruct --max-new-tokens 64 --out results/why_smollm2.json
+    python -m scripts.probes.why_check --model smollm2-135m-instruct --max-new-tokens 64 --out results/why_smollm2.json
 
 Prints one markdown table (docs/playground.md, "Why this speedup: predicted against measured").
 """
@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from app.why import explain, interpolate
+    from app.why import explain
+    from core.engine.autotree import interpolate
     from core.engine.autotree import verify_profile
     from core.engine.config import DecodeConfig
     from core.engine.events import summarize

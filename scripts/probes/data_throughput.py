@@ -1,6 +1,6 @@
 """Data-pipeline throughput on this machine: tokens the target generates (and tokens written) per second.
 
-    python scripts/data_throughput.py CHECKOUT BATCH
+    python scripts/probes/data_throughput.py CHECKOUT BATCH
 
 CHECKOUT is a checkout of this repository (e.g. `git worktree add /tmp/old 6f17369` for the pipeline before the
 generation rewrite, or `.` for the current one). Both run build_shards on the same 96 training prompts (seed 7),
@@ -22,7 +22,7 @@ from core.models.target import load_target  # noqa: E402
 from core.train.data import read_pool  # noqa: E402
 from core.train.shards import build_shards  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "train" / "prompts.jsonl"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "train" / "prompts.jsonl"
 target, tok = load_target(None, dtype="bf16")
 rows = [r for r in read_pool(str(DATA), None, 3000, 0, 7) if r["kind"] == "prompt"][:96]
 out = Path(tempfile.mkdtemp())

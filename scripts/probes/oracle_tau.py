@@ -14,7 +14,7 @@ sequence's position t+d. That is an approximation: the tree's paths follow the t
 stored text may have taken others (on greedy sequences the top-1 chain is exact). Sequences are reported in two
 groups, greedy (every generated token the argmax) and sampled, since a sampled race decodes on sampled text.
 
-    python scripts/oracle_tau.py --shards runs/g10-data/shards --temperature 1 --max-seqs 96
+    python scripts/probes/oracle_tau.py --shards runs/g10-data/shards --temperature 1 --max-seqs 96
 
 Results: README, "At a glance" and the newest round's section.
 """

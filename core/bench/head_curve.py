@@ -6,7 +6,7 @@ head's card nests the card of the head it started from (`init_card`), so the tok
 round add up along that chain. `python -m core.train.evaluate --json` results can stand in for a card's own
 evaluation (`--eval HEAD=FILE`), to put an old head on the same card, machine and dtype as a new run.
 
-    python -m scripts.head_curve runs/q5-ft/head runs/q5-eagle/head runs/q5-eagle3/head \
+    python -m core.bench.head_curve runs/q5-ft/head runs/q5-eagle/head runs/q5-eagle3/head \
         --eval runs/old-heads/r1=runs/card_r1.json --json results/qwen_r5_curve.json
 
 Prints a markdown table; --json writes the rows.
@@ -71,7 +71,7 @@ def rows_for(head: Path, evaluation: dict | None) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m scripts.head_curve", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m core.bench.head_curve", description=__doc__.split("\n")[0])
     p.add_argument("heads", nargs="+", type=Path, help="head folders holding training.json")
     p.add_argument("--eval", action="append", default=[], metavar="HEAD=FILE",
                    help="a core.train.evaluate --json result that replaces HEAD's own card evaluation")

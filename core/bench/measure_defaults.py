@@ -1,13 +1,13 @@
 """README's "What you will see": core.bench run with exactly what `python app.py` runs, at T=0 and T=1.
 
-python -m scripts.measure_defaults --questions FILE.jsonl [--limit 30 | --per-category 5] [--max-new-tokens 128]
+python -m core.bench.measure_defaults --questions FILE.jsonl [--limit 30 | --per-category 5] [--max-new-tokens 128]
     [--out results] [--date YYYY-MM-DD]
 
 The app's settings are read the way app.py reads them (app.parse_args with no flags, so EAGLE_* variables count):
 model, head, device and dtype as given (default: the default model and its shipped head, the best device, on CPU
-the faster dtype timed at load). The tree is the app's own plan (app/startup.py auto_or_parse: the engine default,
-a given T,D,K[,L[,S]], or with EAGLE_TREE=auto the plans measured on this machine for greedy and for sampled
-requests), passed to the bench as a fixed tree: its greedy tree at T=0, its sampled tree at T=1. The bench then
+the faster dtype timed at load). The tree is the app's own plan (core.engine.autotree.auto_or_parse, which app/main.py
+calls: the engine default, a given T,D,K[,L[,S]], or with EAGLE_TREE=auto the plans measured on this machine for
+greedy and for sampled requests), passed to the bench as a fixed tree: its greedy tree at T=0, its sampled tree at T=1. The bench then
 races transformers' generate(), our baseline and EAGLE-2 (--methods hf,baseline,eagle2) with the UI's default
 answer length (128 new tokens) and top-p 1.
 
@@ -26,12 +26,14 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository (app.py, results/)
 UI_MAX_NEW_TOKENS = 128  # the UI's default answer length (app/ui.py)
 
 
 def app_args() -> argparse.Namespace:
-    """app.py's parsed settings with no command-line flags (its EAGLE_* environment variables apply)."""
+    """app.py's parsed settings with no command-line flags (its EAGLE_* environment variables apply). app.py is read
+    as a file, not imported: this tool measures what the app runs, and core/ imports nothing from app/ (its flags
+    parse without gradio; docs/ARCHITECTURE.md §2)."""
     spec = importlib.util.spec_from_file_location("app_entry", ROOT / "app.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -45,7 +47,7 @@ def tree_spec(tree) -> str:
 
 def app_trees(args: argparse.Namespace) -> tuple[object, object, str]:
     """(greedy tree, sampled tree, source) exactly as app.py plans them; 'auto' loads the app's decoders to measure."""
-    from app.startup import auto_or_parse
+    from core.engine.autotree import auto_or_parse
 
     if args.tree != "auto":
         plan = auto_or_parse(args.tree, None, None)
@@ -115,7 +117,7 @@ HEADER = ("| T | EAGLE-2 vs our baseline | vs transformers generate() | τ (toke
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m scripts.measure_defaults", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m core.bench.measure_defaults", description=__doc__.splitlines()[0])
     p.add_argument("--questions", required=True, help="Spec-Bench or MT-bench question.jsonl (docs/usage.md)")
     p.add_argument("--limit", type=int, default=0, help="first N prompts")
     p.add_argument("--per-category", type=int, default=5, help="first N prompts per category (default 5: 30 of "
@@ -130,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--date", default=datetime.date.today().isoformat(), help="date in the file names")
     a = p.parse_args(argv)
     if not Path(a.questions).is_file():
-        print(f"scripts.measure_defaults: error: questions file {a.questions!r} not found", file=sys.stderr)
+        print(f"core.bench.measure_defaults: error: questions file {a.questions!r} not found", file=sys.stderr)
         return 2
     from core.bench import cli as bench
 
@@ -150,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             return rc
         rows.append(table_row(json.loads(path.read_text())))
     summary = {"what": "README 'What you will see': core.bench with python app.py's own defaults",
-               "command": "python -m scripts.measure_defaults " + " ".join(sys.argv[1:] if argv is None else argv),
+               "command": "python -m core.bench.measure_defaults " + " ".join(sys.argv[1:] if argv is None else argv),
                "bench_commands": commands, "tree_source": source,
                "trees": {"greedy": tree_spec(greedy), "sampled": tree_spec(sampled)}, "rows": rows}
     (out / f"defaults_{a.date}.json").write_text(json.dumps(summary, indent=1) + "\n")

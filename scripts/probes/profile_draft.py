@@ -6,7 +6,7 @@ records in its step events (draft = the head's commit and proposal passes; verif
 head). With --ops it also profiles one more prompt with torch.profiler and prints the ops that took the most time.
 Run it alone on the machine; it needs the model's weights (offline presets included).
 
-    python scripts/profile_draft.py --questions ../shared/data/mt_bench_questions.jsonl --prompts 3 --ops
+    python scripts/probes/profile_draft.py --questions ../shared/data/mt_bench_questions.jsonl --prompts 3 --ops
 
 Results: README, "Faster drafting".
 """
