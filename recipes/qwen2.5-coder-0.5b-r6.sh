@@ -12,7 +12,8 @@
 #   0. rebuild round 5's shards from their committed token ids (data/tokens/; a teacher-forced forward);
 #      SHARDS=N stops after the first N (a session's worth: on an AVX-512 BF16 EPYC about 60 s a shard, alone);
 #   1. A/B arms, one change at a time, on shards 2-9 (AB=1): the new scoring against the old (--loss-on-prompt),
-#      the token loss weighted 2.0 against 0.5, training-time test of 3 steps against 2;
+#      the token loss weighted 2.0 against 0.5, training-time test of 3 steps against 2, round 4's first layer alone
+#      against both (--keep-layers 1);
 #   2. the run: round 4's head fine-tuned on shards 2..SHARDS-1 for EPOCHS epochs;
 #   3. the card (31 dev-split prompts, 128 tokens, head alone at 16,5,4) for the new head and for round 4.
 # None of it writes static/heads/: copy runs/q6/head there when its card beats round 4's (one file replaced).
@@ -52,6 +53,10 @@ if [ "${AB:-0}" = 1 ]; then
     --init static/heads/$MODEL --tokens-per-batch 4096 --warmup-share 0.05 --schedule cosine --seed 6 \
     --heldout-shards runs/q5-held --extra-shards runs/ab-train --epochs 1 --lr 2e-4 --eval-every 10 \
     --eval-per-category 0 --out runs/ab-ttt3 --ttt-steps 3 --p-weight 0.5
+  python -m core.train --model $MODEL --chat --skip-data --n-prompts 1 --n-text 0 --max-len 768 \
+    --init static/heads/$MODEL --tokens-per-batch 4096 --warmup-share 0.05 --schedule cosine --seed 6 \
+    --heldout-shards runs/q5-held --extra-shards runs/ab-train --epochs 1 --lr 2e-4 --eval-every 10 \
+    --eval-per-category 0 --out runs/ab-one-layer --ttt-steps 2 --p-weight 0.5 --keep-layers 1
 fi
 python -m core.train --model $MODEL --chat --skip-data --n-prompts 1 --n-text 0 --max-len 768 \
   --init static/heads/$MODEL --tokens-per-batch 4096 --warmup-share 0.05 --schedule cosine \

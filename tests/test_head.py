@@ -198,6 +198,28 @@ def test_a_two_layer_head_round_trips_caches_by_position_and_decodes_losslessly(
         add_layers(one, 0)
 
 
+def test_keep_layers_cuts_a_deep_head_to_its_first_layers_and_it_still_decodes_losslessly():
+    """The shallower arm of a depth A/B: every kept weight as it was, nothing of the cut layers left, the embedding
+    projection and norms shared; a decode with the cut head still equals the baseline."""
+    from core.engine.baseline import BaselineDecoder
+    from core.train.grow import keep_layers
+
+    tgt = tiny_target("llama")
+    one = tiny_head(tgt, vocab_ids=torch.arange(0, 128, 2), seed=5)
+    deep = init_head(replace(one.config, num_layers=3), one.vocab_ids, seed=8)
+    cut = keep_layers(deep, 1)
+    assert cut.config.num_layers == 1 and torch.equal(cut.vocab_ids, deep.vocab_ids)
+    kept, whole = cut.state_dict(), deep.state_dict()
+    assert not any(k.startswith(("layers.1.", "layers.2.")) for k in kept)
+    assert set(whole) - set(kept) == {k for k in whole if k.startswith(("layers.1.", "layers.2."))}
+    assert all(torch.equal(w, whole[k]) for k, w in kept.items())
+    cfg = DecodeConfig(max_new_tokens=40, tree=TreeConfig(10, 4, 3))
+    assert run(Eagle2Decoder(tgt, EagleDrafter(cut, tgt)), PROMPT, cfg)[0] == run(BaselineDecoder(tgt), PROMPT, cfg)[0]
+    for bad in (0, 3):
+        with pytest.raises(ValueError, match="keep-layers"):
+            keep_layers(deep, bad)
+
+
 def test_describe_head_and_the_apps_info_line(tmp_path):
     """The line above the race names the head the EAGLE-2 lane drafts with: kind, depth, own parameters, vocabulary."""
     from types import SimpleNamespace

@@ -316,6 +316,20 @@ def test_a_grown_round_exports_the_bigger_head_and_decodes_losslessly(setup, tmp
     assert flag in capsys.readouterr().err
 
 
+def test_a_cut_round_exports_the_shallower_head_and_says_so(setup, tmp_path, capsys):
+    """--keep-layers: a two-layer head cut to one before the fine-tune (the depth A/B's shallower arm)."""
+    first, second, third = tmp_path / "first", tmp_path / "second", tmp_path / "third"
+    short = ["--n-text", "0", "--n-prompts", "4", "--epochs", "0.2"]
+    assert main(args(setup, first, 1)) == 0
+    assert main(args(setup, second, 1) + ["--init", str(first / "head"), "--add-layers", "1"] + short) == 0
+    assert main(args(setup, third, 1) + ["--init", str(second / "head"), "--keep-layers", "1"] + short) == 0
+    cut = load_head(third / "head")
+    card = json.loads((third / "head" / "training.json").read_text())["training"]
+    assert cut.config.num_layers == 1 and (card["kept_layers"], card["layers"]) == (1, 1)
+    assert main(args(setup, tmp_path / "fourth", 1) + ["--keep-layers", "1"]) == 2  # nothing to cut without --init
+    assert "--keep-layers" in capsys.readouterr().err
+
+
 def test_german_sources_are_filtered_and_wrapped_as_translation_prompts():
     import random
 

@@ -89,6 +89,9 @@ def _head_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--add-layers", type=int, default=0, metavar="N",
                    help="with --init (EAGLE-1/2): append N decoder layers that start as the identity (zero o_proj and "
                         "down_proj), to test whether the head's depth limits it")
+    p.add_argument("--keep-layers", type=int, default=0, metavar="N",
+                   help="with --init (EAGLE-1/2): keep only the head's first N decoder layers (the shallower arm of a "
+                        "depth A/B)")
     p.add_argument("--no-fc-bias", action="store_true",
                    help="EAGLE-1/2 head without fc.bias (the layout vLLM's EAGLE drafter reads; with --draft-vocab 0 "
                         "the export loads there unedited)")
@@ -145,6 +148,8 @@ def check_args(a: argparse.Namespace) -> str | None:
         return "--widen-mlp grows the MLP of an --init EAGLE-1/2 head (--head-type eagle)"
     if a.add_layers and (a.head_type != "eagle" or not a.init):
         return "--add-layers deepens an --init EAGLE-1/2 head (--head-type eagle)"
+    if a.keep_layers and (a.head_type != "eagle" or not a.init or a.add_layers):
+        return "--keep-layers cuts an --init EAGLE-1/2 head (--head-type eagle), without --add-layers"
     if a.head_type == "eagle3" and a.ttt_steps < 5:
         return f"--ttt-steps must be >= 5 for an EAGLE-3 head, got {a.ttt_steps}"
     for name in ("n_prompts", "batch", "max_prompt", "new_tokens", "max_text", "tokens_per_batch", "ttt_steps",
@@ -152,7 +157,7 @@ def check_args(a: argparse.Namespace) -> str | None:
         if getattr(a, name) < 1:
             return f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}"
     for name in ("n_text", "max_shards", "draft_vocab", "eval_per_category", "eval_max_new", "seed",
-                 "min_prompt_chars", "snapshots", "extend_vocab", "widen_mlp", "add_layers"):
+                 "min_prompt_chars", "snapshots", "extend_vocab", "widen_mlp", "add_layers", "keep_layers"):
         if getattr(a, name) < 0:
             return f"--{name.replace('_', '-')} must be >= 0, got {getattr(a, name)}"
     for name in ("eval_every", "save_every_min"):
@@ -373,8 +378,8 @@ def start_from_init(job: Job, data: Data, head: nn.Module, coverage: float) -> t
 
 def grow(job: Job, data: Data, head: nn.Module, coverage: float) -> tuple[nn.Module, float]:
     """`head` grown as --extend-vocab, --widen-mlp and --add-layers ask (core/train/grow.py: the same function at
-    the start), with its coverage."""
-    from core.train.grow import add_layers, widen_mlp, with_vocab
+    the start) or cut as --keep-layers asks, with its coverage."""
+    from core.train.grow import add_layers, keep_layers, widen_mlp, with_vocab
     from core.train.vocab import extend_vocab
 
     a = job.a
@@ -391,6 +396,9 @@ def grow(job: Job, data: Data, head: nn.Module, coverage: float) -> tuple[nn.Mod
     if a.add_layers:
         head = add_layers(head, a.add_layers, seed=a.seed).float()
         job.log(f"{a.add_layers} decoder layer(s) added, {head.config.num_layers} in all (identity at the start)")
+    if a.keep_layers:
+        head = keep_layers(head, a.keep_layers).float()
+        job.log(f"the first {a.keep_layers} decoder layer(s) kept")
     return head, coverage
 
 
@@ -502,6 +510,7 @@ def training_card(job: Job, head: nn.Module, summary: dict, curve: list[dict]) -
             **job.kind.card(head),
             **({"widened_mlp_to": a.widen_mlp} if a.widen_mlp else {}),
             **({"added_layers": a.add_layers, "layers": head.config.num_layers} if a.add_layers else {}),
+            **({"kept_layers": a.keep_layers, "layers": head.config.num_layers} if a.keep_layers else {}),
             "curve": curve}
 
 

@@ -1,5 +1,6 @@
 """Growing an EAGLE-1/2 head before a fine-tune, each growth computing the same function at its start: a wider MLP
-(`--widen-mlp`), more decoder layers (`--add-layers`) and a larger draft vocabulary (`--extend-vocab`).
+(`--widen-mlp`), more decoder layers (`--add-layers`) and a larger draft vocabulary (`--extend-vocab`); and the one
+cut, fewer layers (`--keep-layers`), the shallower arm of a depth A/B.
 
 A fine-tune from a trained head can then test whether its size, depth or vocabulary limits it, starting from the
 trained head's own acceptance rather than from scratch.
@@ -59,6 +60,21 @@ def add_layers(head: EagleHead, n: int, seed: int = 0) -> EagleHead:
     grown.load_state_dict(sd)
     grown.trained = head.trained
     return grown.eval()
+
+
+def keep_layers(head: EagleHead, n: int) -> EagleHead:
+    """`head` with only its first `n` decoder layers, every kept weight as it was: the shallower arm of a depth A/B
+    started from a trained deeper head (the final norm and the LM-head rows then read layer n's output, so unlike
+    the growths this changes the function until training adapts it)."""
+    if not 1 <= n < head.config.num_layers:
+        raise ValueError(f"--keep-layers must be between 1 and {head.config.num_layers - 1} for a "
+                         f"{head.config.num_layers}-layer head, got {n}")
+    kept = EagleHead(replace(head.config, num_layers=n), head.vocab_ids)
+    sd = {k: w for k, w in head.state_dict().items()
+          if not (k.startswith("layers.") and int(k.split(".")[1]) >= n)}
+    kept.load_state_dict(sd)
+    kept.trained = head.trained
+    return kept.to(next(head.parameters()).dtype).eval()
 
 
 def with_vocab(head: EagleHead, ids: torch.Tensor) -> EagleHead:
