@@ -44,7 +44,7 @@ build() {  # build DIR: configure and build the tools in DIR (a CPU build; minut
 build "$OUT/build"
 BIN=$OUT/build/bin
 if [ "$TAPS" = 1 ]; then  # the layer taps qwen3.cpp has, added to a copy of the tree's qwen2.cpp
-  cp -r "$TREE" "$OUT/llama.cpp-taps"
+  rm -rf "$OUT/llama.cpp-taps" && cp -r "$TREE" "$OUT/llama.cpp-taps"
   sed -i '0,/for (int il = 0; il < n_layer; ++il) {/s//&\n        res->t_layer_inp[il] = inpL;/' \
     "$OUT/llama.cpp-taps/src/models/qwen2.cpp"
   TREE=$OUT/llama.cpp-taps build "$OUT/build-taps"
