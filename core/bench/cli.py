@@ -2,7 +2,8 @@
 
 python -m core.bench --questions FILE.jsonl [--categories a,b] [--limit N] [--per-category N [--file-categories]]
     --max-new-tokens M
-    --methods hf,hf-pld,baseline,eagle2[,eagle2-head,eagle2-chain,lookup,medusa] [--temperature T] [--model M --head H]
+    --methods hf,hf-pld,baseline,eagle2[,eagle2-head,eagle2-chain,lookup,medusa,llamacpp] [--gguf FILE.gguf ...]
+    [--temperature T] [--model M --head H]
     [--tree auto|T,D,K[,L[,S]]] [--head-tree T,D,K[,L[,S]]] [--head-b H2 [--head-tree-b T,D,K[,L[,S]]]] [--medusa-head M]
     [--dtype fp32|bf16] [--device D] [--threads N] [--raw] --json OUT [--html OUT] [--seed S] [--repeats R]
     [--turns 2] [--specbench-dir DIR]
@@ -38,6 +39,11 @@ eagle2-greedy-tree = eagle2 with the tree `auto` plans from a greedy calibration
 (whose `auto` calibrates at the run's own temperature) it shows what planning per sampling regime buys.
 medusa = the Medusa head (--medusa-head, or the one shipped for the default model) through the same loop with
 eagle2-head's tree (token-level drafting at the same budget as the feature-level head alone).
+
+llamacpp = llama.cpp's plain greedy decoding of a GGUF file (llama-cpp-python, an optional extra:
+requirements-extra.txt), on the same prompt ids with the same stop rules, one row per --gguf file named by its
+quantisation (llamacpp-Q4_K_M, llamacpp-BF16; core/bench/llamacpp.py). A GGUF carries its own weights, so its
+`identical_to_baseline` says whether that model's greedy output equals ours, and is never counted as unexplained.
 """
 from __future__ import annotations
 
@@ -53,6 +59,7 @@ from pathlib import Path
 import torch
 
 from core import pipeline, prompt
+from core.bench import llamacpp
 from core.bench.methods import B_METHODS, METHODS, method_lanes
 from core.bench.peers import PLD_TOKENS
 from core.bench.plan import Loading, Plan, Selection
@@ -91,6 +98,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "all: every row (default; runs before the split existed)")
     p.add_argument("--max-new-tokens", type=int, required=True)
     p.add_argument("--methods", default="hf,baseline,eagle2", help="comma list of " + ",".join(METHODS))
+    p.add_argument("--gguf", action="append", default=[], metavar="FILE",
+                   help="a GGUF file for the method llamacpp (llama.cpp's plain greedy decoding), repeatable: each "
+                        "file races as its own row, llamacpp-<its quantisation>, e.g. a Q4_K_M and a BF16 file")
     p.add_argument("--lane", action="append", default=[], metavar="NAME=HEAD@TREE",
                    help="an extra lane, repeatable: HEAD = baseline | head (the run's --head) | lookup | a head folder; "
                         "TREE = T,D,K[,L[,S]] (left out: the run's tree). Methods are shorthands for lanes "
@@ -140,8 +150,9 @@ def validate(a: argparse.Namespace) -> Plan:
     """Check arguments at the boundary; raise BenchError / ValueError with a one-line message. Every method that is
     not a peer becomes the lane it spells (core/bench/methods.py), after --lane's own checks."""
     given = _methods(a.methods)
-    lanes = _lanes(a.lane)
-    methods = given + tuple(ln.name for ln in lanes)
+    files = _files(given, a.gguf, a.temperature)
+    lanes = _lanes(a.lane, tuple(r for r, _, _ in files))
+    methods = _rows(given, files) + tuple(ln.name for ln in lanes)
     medusa = _check_heads(a, methods)
     _check_numbers(a)
     check_turns(a.turns, methods, a.raw)
@@ -160,7 +171,7 @@ def validate(a: argparse.Namespace) -> Plan:
                 loading=Loading(a.model, a.head, a.device, a.dtype, a.threads, a.trust_remote_code, a.choices,
                                 a.attention),
                 head_b=a.head_b, raw=a.raw, turns=a.turns, repeats=a.repeats, seed=a.seed, json=a.json,
-                html=a.html, specbench_dir=a.specbench_dir)
+                html=a.html, specbench_dir=a.specbench_dir, files=files)
 
 
 def _methods(text: str) -> tuple[str, ...]:
@@ -174,11 +185,36 @@ def _methods(text: str) -> tuple[str, ...]:
     return methods
 
 
-def _lanes(texts: list[str]) -> tuple[LaneSpec, ...]:
-    """--lane: parsed, named apart from the methods and each other, head folders that can be heads."""
+def _files(given: tuple[str, ...], ggufs: list[str], temperature: float) -> tuple[tuple[str, str, str], ...]:
+    """--gguf: the rows of the method llamacpp, (row, method, file) per file, with llama-cpp-python installed and
+    the run greedy; --gguf without the method is refused too."""
+    if llamacpp.METHOD not in given:
+        if ggufs:
+            raise BenchError("--gguf is a file of the method llamacpp: add llamacpp to --methods")
+        return ()
+    if not llamacpp.available():
+        raise BenchError(llamacpp.INSTALL)
+    if not ggufs:
+        raise BenchError("method llamacpp needs --gguf FILE.gguf (repeatable: one row per file)")
+    if temperature > 0:
+        raise BenchError("method llamacpp races at temperature 0 only")
+    return tuple((row, llamacpp.METHOD, path) for row, path in llamacpp.gguf_rows(ggufs))
+
+
+def _rows(given: tuple[str, ...], files: tuple[tuple[str, str, str], ...]) -> tuple[str, ...]:
+    """The methods as rows, in order: a file peer's method becomes the rows of its files."""
+    rows: list[str] = []
+    for m in given:
+        rows += [r for r, method, _ in files if method == m] or [m]
+    return tuple(rows)
+
+
+def _lanes(texts: list[str], file_rows: tuple[str, ...] = ()) -> tuple[LaneSpec, ...]:
+    """--lane: parsed, named apart from the methods, the file peers' rows and each other, head folders that can be
+    heads."""
     lanes = tuple(LaneSpec.parse(s) for s in texts)
     names = [ln.name for ln in lanes]
-    taken = [n for n in names if n in METHODS or names.count(n) > 1]
+    taken = [n for n in names if n in METHODS or n in file_rows or names.count(n) > 1]
     if taken:
         raise BenchError(f"--lane name {taken[0]!r} is a method name or given twice")
     for ln in lanes:
@@ -251,6 +287,8 @@ def machine_config(plan: Plan, stack: Stack, n_prompts: int) -> dict:
         "file_categories": sel.file_categories,
         "n_prompts": n_prompts, "prompt_format": "raw" if plan.raw else "chat template when the tokenizer has one",
         "hf_pld_tokens": PLD_TOKENS if "hf-pld" in plan.methods else None,
+        "gguf": {row: path for row, _, path in plan.files} or None,  # llamacpp's rows and their files
+        "llama_cpp_python": llamacpp.version() if plan.files else None,
         "protocol": "1 warm-up per method; rotating method order; speedup = ratio of mean tok/s; "
                     "tau = Σ new tokens / Σ target forwards",
         "repeats": plan.repeats,  # rounds per prompt, fastest kept

@@ -1,4 +1,4 @@
-"""The bench's method names: the peers (core/bench/peers.py) and shorthands for lanes (core/lanes.py).
+"""The bench's method names: the peers (core/bench/peers.py, `llamacpp` one row per --gguf file) and shorthands for lanes (core/lanes.py).
 
 Every method that is not a peer is the lane it spells, turned into a `LaneSpec` when the arguments are validated, so
 the runners are built from lanes alone; `--lane NAME=HEAD@TREE` adds lanes under names of its own. A shorthand whose
@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterable
 
-from core.bench.peers import PEERS, PLD_TOKENS
+from core.bench.peers import FILE_PEERS, PEERS, PLD_TOKENS
 from core.engine.config import TreeConfig
 from core.lanes import LaneSpec
 
 SHORTHANDS = ("baseline", "eagle2", "eagle2-head", "eagle2-chain", "lookup", "eagle2-head-b", "eagle2-chain-b",
               "eagle2-greedy-tree", "medusa")
-METHODS = (*PEERS, *SHORTHANDS)
+METHODS = (*PEERS, *FILE_PEERS, *SHORTHANDS)
 B_METHODS = ("eagle2-head-b", "eagle2-chain-b")  # the same variants with --head-b (two heads, one interleaved run)
 LOOKUP_TREE = TreeConfig(total_tokens=1, depth=1, top_k=1, lookup=PLD_TOKENS)  # the lookup chain alone, no head
 
@@ -42,7 +42,7 @@ def shorthand_lanes(head_tree: TreeConfig | None = None, head_tree_b: TreeConfig
 def method_lanes(methods: Iterable[str], **heads) -> tuple[LaneSpec, ...]:
     """The lanes of the methods that are not peers, in order (`heads`: shorthand_lanes' arguments)."""
     table = shorthand_lanes(**heads)
-    return tuple(table[m] for m in methods if m not in PEERS)
+    return tuple(table[m] for m in methods if m not in PEERS and m not in FILE_PEERS)
 
 
 def uses_run_tree(lanes: Iterable[LaneSpec]) -> bool:

@@ -1,18 +1,21 @@
 """Peers: decoders outside our engine, timed beside the lanes the same way (core/bench/runners.py `timed`).
 
 Today's peers are transformers' generate(), plain (`hf`) and with prompt lookup (`hf-pld`, Spec-Bench's PLD
-setting). A peer is a `Peer` in `PEERS`: how its timed runner, and the untimed scorer that reads its margins where
-its tokens differ from the baseline's, are built for a loaded target. Another engine (e.g. llama.cpp) joins the race
-as one module with its runner and one line in `PEERS`; every other method is a lane (core/lanes.py).
+setting), and llama.cpp on GGUF files (`llamacpp`, core/bench/llamacpp.py). A peer is a `Peer` in `PEERS`: how its
+timed runner, and the untimed scorer that reads its margins where its tokens differ from the baseline's, are built
+for a loaded target. A peer that runs a file of its own (llama.cpp: `--gguf FILE`, repeatable) is a line in
+`FILE_PEERS` instead, and races one row per file. Another engine joins the race as one module with its runner and one
+line in either table; every other method is a lane (core/lanes.py).
 """
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 
+from core.bench import llamacpp
 from core.bench.runners import Digest, Outcome, Runner, Scorer
 from core.engine.config import DecodeConfig
 from core.engine.exactness import top2
@@ -117,3 +120,16 @@ PEERS: dict[str, Peer] = {
     "hf": hf_peer(False),
     "hf-pld": hf_peer(True),
 }
+
+# Method name -> the peer of one file; each file races as its own row (core/bench/plan.py `Plan.files`).
+FILE_PEERS: dict[str, Callable[[str], Peer]] = {
+    llamacpp.METHOD: lambda path: Peer(llamacpp.runner_for(path)),  # --gguf FILE: llama.cpp, plain greedy
+}
+
+
+def peer_of(row: str, files: Iterable[tuple[str, str, str]]) -> Peer:
+    """The peer that runs a row: its `PEERS` entry, or the `FILE_PEERS` peer of the (row, method, path) naming it."""
+    if row in PEERS:
+        return PEERS[row]
+    method, path = next((m, p) for r, m, p in files if r == row)
+    return FILE_PEERS[method](path)

@@ -39,7 +39,7 @@ class Plan:
     """Validated arguments: what races (peers and lanes), on which questions, loaded how, written where."""
 
     selection: Selection
-    methods: tuple[str, ...]  # row order: the methods as given, then --lane's names
+    methods: tuple[str, ...]  # row order: the methods as given (a file peer's as its rows), then --lane's names
     lanes: tuple[LaneSpec, ...]  # every method that is not a peer, as the lane it spells, then --lane's lanes
     decode: DecodeConfig  # sampling seed is replaced per prompt; its tree is the run's when given
     tree: TreeConfig | None = None  # None = auto
@@ -53,9 +53,12 @@ class Plan:
     json: str = ""
     html: str | None = None
     specbench_dir: str | None = None
+    # the rows of file peers (core/bench/peers.py FILE_PEERS): (row, method, file), e.g.
+    # ("llamacpp-Q4_K_M", "llamacpp", "qwen-q4_k_m.gguf") for each --gguf
+    files: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def peers(self) -> tuple[str, ...]:
-        """The methods that are not lanes (transformers' generate(): core/bench/peers.py)."""
+        """The rows that are not lanes (transformers' generate(), llama.cpp's files: core/bench/peers.py)."""
         named = {s.name for s in self.lanes}
         return tuple(m for m in self.methods if m not in named)

@@ -1,7 +1,8 @@
 """The bench's per_prompt rows: one method's outcome on one prompt, compared with the baseline's at T = 0.
 
 A row that differs from the baseline carries `divergence`, classified by core/engine/exactness.py; a lane whose head
-drafts over a reduced vocabulary counts the output tokens inside it (`in_draft_vocab`).
+drafts over a reduced vocabulary counts the output tokens inside it (`in_draft_vocab`). A peer that decodes its own
+weights (llama.cpp on a GGUF) names them (`weights`) instead: its difference from baseline is recorded, not explained.
 """
 from __future__ import annotations
 
@@ -42,7 +43,9 @@ def make_row(q: dict, method: str, o: Outcome, reference: Outcome | None, dtype:
            "seconds": o.seconds, "tokens_per_s": n / o.seconds if o.seconds > 0 else 0.0,
            "target_forwards": o.target_forwards, "tau": n / o.target_forwards if o.target_forwards else None,
            "identical_to_baseline": same, "first_mismatch": first_diff, "loop_period": loop_period(o.tokens)}
-    if same is False:
+    if o.weights is not None:  # another model's weights: a difference is information, not a divergence to explain
+        row["weights"] = o.weights
+    elif same is False:
         row["divergence"] = divergence_record(reference, o, dtype)
     if vocab is not None:
         row["in_draft_vocab"] = int(vocab[torch.tensor(o.tokens, dtype=torch.long)].sum()) if n else 0

@@ -1,7 +1,7 @@
 """Benchmark runners: each method as a (timed runner, digest) pair, and the one timing function they all go through.
 
 Our decoders (the lanes: baseline, EAGLE-2 and its variants, Medusa, lookup) run through `core_runner`; the peers
-(transformers' generate(), core/bench/peers.py) through their own runners. All are timed the same way:
+(transformers' generate() and llama.cpp, core/bench/peers.py) through their own runners. All are timed the same way:
 perf_counter (after a CUDA synchronize) around the whole call. Digests compute statistics outside the timed region.
 """
 from __future__ import annotations
@@ -30,6 +30,9 @@ class Outcome:
     # tokens each target forward produced, in order (Spec-Bench's accept_lengths); None where not observable
     # (generate() with prompt lookup verifies inside transformers)
     step_tokens: tuple[int, ...] | None = None
+    # a peer that decodes its own weights (llama.cpp on a GGUF file): the file's name; its tokens may differ from
+    # the baseline's as another model's would (rows.py records the difference without explaining it)
+    weights: str | None = None
 
 
 Runner = Callable[[list[int], int], object]  # (prompt ids, seed) -> raw output, timed as a whole

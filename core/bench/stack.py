@@ -1,7 +1,7 @@
 """A run's loaded side, built from its Plan: the target, the run's trees, its lanes, and per method the timed runner,
 margin scorer and draft vocabulary the protocol reads (core/bench/protocol.py).
 
-The peers' runners come from core/bench/peers.py `PEERS`, every other method's from its lane (core/lanes.py): one
+The peers' runners come from core/bench/peers.py (`PEERS`, and `FILE_PEERS` per file), every other method's from its lane (core/lanes.py): one
 table, built once, serves every turn.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 
 from core import pipeline, prompt
 from core.bench.methods import uses_run_tree
-from core.bench.peers import PEERS
+from core.bench.peers import peer_of
 from core.bench.plan import Plan
 from core.bench.runners import Digest, Runner, Scorer, core_runner
 from core.engine.autotree import choose_tree, describe
@@ -107,9 +107,10 @@ def prepare(plan: Plan) -> Stack:
     built: dict[str, Any] = {}
     lanes = {s.name: build_lane(s, target, baseline, eagle, trees, built) for s in plan.lanes}
     cfg = DecodeConfig(plan.decode.max_new_tokens, plan.decode.sampling, trees["run"])
-    runners = {m: PEERS[m].runner(target, tok, cfg) for m in plan.peers}
+    peers = {m: peer_of(m, plan.files) for m in plan.peers}
+    runners = {m: peer.runner(target, tok, cfg) for m, peer in peers.items()}
     runners.update({name: core_runner(lane.decoder, lane.config(cfg)) for name, lane in lanes.items()})
-    scorers = {m: PEERS[m].scorer(target, tok, cfg) for m in plan.peers if PEERS[m].scorer is not None}
+    scorers = {m: peer.scorer(target, tok, cfg) for m, peer in peers.items() if peer.scorer is not None}
     masks = {name: draft_vocab_mask(lane.decoder) for name, lane in lanes.items()}
     return Stack(target, tok, eagle, loader, trees, tree_info, lanes, runners, scorers,
                  {name: mask for name, mask in masks.items() if mask is not None})
