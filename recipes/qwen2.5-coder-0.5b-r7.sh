@@ -27,13 +27,14 @@ link() {  # link(folder, round's shard folder, first, last): shards first..last 
 }
 link runs/q7-held5 runs/q5-data/shards 0 1
 link runs/q7-held7 runs/q7-data/shards 0 1
-link runs/q7-train runs/q5-data/shards 2 $((R5_SHARDS - 1))
-link runs/q7-train runs/q7-data/shards 2 999
+link runs/q7-train5 runs/q5-data/shards 2 $((R5_SHARDS - 1))  # one folder per round: both name their shards
+link runs/q7-train7 runs/q7-data/shards 2 999                   # shard_00000..., so a shared folder would merge them
 python -m core.train --model $MODEL --chat --skip-data --n-prompts 1 --n-text 0 --max-len 768 \
   --init static/heads/$MODEL --tokens-per-batch 4096 --warmup-share 0.05 --schedule cosine --seed 7 \
-  --heldout-shards runs/q7-held5 --heldout-shards runs/q7-held7 --extra-shards runs/q7-train \
-  --epochs "${EPOCHS:-2}" --lr "${LR:-2e-4}" --eval-every "${EVAL_EVERY:-50}" --ttt-steps "${TTT:-2}" \
-  --p-weight "${PW:-0.5}" --eval-per-category 0 --out runs/q7
+  --heldout-shards runs/q7-held5 --heldout-shards runs/q7-held7 --extra-shards runs/q7-train5 \
+  --extra-shards runs/q7-train7 \
+  --epochs "${EPOCHS:-3}" --lr "${LR:-2e-4}" --eval-every "${EVAL_EVERY:-100}" --ttt-steps "${TTT:-2}" \
+  --p-weight "${PW:-2.0}" --eval-per-category 0 --out runs/q7
 for head in static/heads/$MODEL runs/q7/head; do
   name=$(basename "$(dirname "$head")")
   python -m core.train.evaluate --model $MODEL --head "$head" --dtype auto --heldout runs/q7-held5 \
