@@ -20,7 +20,7 @@ from conftest import tiny_model
 from core.drafters.draft_head import HeadConfig, init_head, save_head
 from core.generate import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "w3 w17 w42 w5 w9 w11 w23 w31 w7 w60 w8 w19"
 N_NEW = 40
 

@@ -1,4 +1,4 @@
-"""Browser tests of what visitors do around a run (same setup as tests/test_browser.py: Debian chromium driven by
+"""Browser tests of what visitors do around a run (same setup as tests/system/test_browser.py: Debian chromium driven by
 Playwright, tiny random models built in code): reopen a past run from the session's history, download its record,
 a link that restores the prompt and settings, plots in dark mode, the "why this speedup" panel, and the model and
 head picker. Screenshots go to artifacts/ (gitignored; docs/img/dark_mode.png is a copy of browser_dark.png)."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from core.bench.results_index import BEGIN, END, index, leaderboard, main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def bench(date: str, t: float, summary: dict) -> dict:

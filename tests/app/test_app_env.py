@@ -7,7 +7,7 @@ import pytest
 
 from app.env import env_args, env_name
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def app_py():

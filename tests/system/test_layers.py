@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 LAYERS = (  # (module prefix, layer); the longest matching prefix decides
     ("core.engine", 0),
@@ -187,5 +187,5 @@ def test_no_test_reads_the_processor():
     """A test asks the probes the code asks (core.models.kernels), never the processor itself: an expectation read
     off one machine's flags fails on the next machine (docs/ARCHITECTURE.md, section 6, rule 10)."""
     words = ("/proc/" + "cpuinfo", "ls" + "cpu", "get_cpu_" + "capability")  # split so this file is not a hit
-    hits = [f"{p.name}: {w}" for p in sorted((ROOT / "tests").glob("*.py")) for w in words if w in p.read_text()]
+    hits = [f"{p.name}: {w}" for p in sorted((ROOT / "tests").rglob("*.py")) for w in words if w in p.read_text()]
     assert hits == []

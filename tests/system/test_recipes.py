@@ -15,7 +15,7 @@ from core.bench.methods import METHODS
 from core import generate
 from core.train.__main__ import check_args, parse
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHELL_DEFAULTS = {"SHARDS": "55", "EPOCHS": "1", "DATA": "runs/g3-data"}
 
 

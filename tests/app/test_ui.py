@@ -13,7 +13,7 @@ from app.ui import STATIC, build_demo, launch_options, load_examples
 from core.engine.config import TreeConfig
 from fakes import CharTokenizer, ReplayDecoder, baseline_events, eagle_events
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ELEM_IDS = {"prompt", "run", "stop", "baseline-output", "eagle-output", "draft-tree", "stats"}
 
 

@@ -31,7 +31,7 @@ def setup(tmp_path_factory) -> dict[str, Path]:
 
 
 def training_files(root: Path) -> dict[str, Path]:
-    """A tiny model with its word tokenizer, prompts, text and evaluation questions under root (tests/test_cuda.py
+    """A tiny model with its word tokenizer, prompts, text and evaluation questions under root (tests/system/test_cuda.py
     trains on them too)."""
     root.mkdir(parents=True, exist_ok=True)
     tiny_model("llama").save_pretrained(root / "model")

@@ -19,7 +19,7 @@ from app.handlers import OUTPUTS  # noqa: E402
 from app.ui import build_demo, launch_options  # noqa: E402
 from fakes import tiny_stack  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "Once upon a time"
 
 

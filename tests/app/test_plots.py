@@ -135,5 +135,5 @@ def test_every_figure_is_theme_neutral():
         assert fig.layout.paper_bgcolor == TRANSPARENT and fig.layout.plot_bgcolor == TRANSPARENT
         for axis in (fig.layout.xaxis, fig.layout.yaxis):
             assert axis.gridcolor == GRID
-    css = (Path(__file__).resolve().parent.parent / "static" / "style.css").read_text()
+    css = (Path(__file__).resolve().parents[2] / "static" / "style.css").read_text()
     assert ".dark .js-plotly-plot" in css and "var(--body-text-color)" in css

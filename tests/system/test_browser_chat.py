@@ -1,7 +1,7 @@
 """Chat mode in a real browser (Debian chromium driven by Playwright) on a tiny model with a chat template: two
 turns, each raced on the same history, the second asked with the first turn's baseline answer in its prompt; trees
 and statistics per turn; Reset starts a new conversation. Screenshots go to artifacts/ (gitignored). Like
-tests/test_browser.py it FAILS, not skips, without playwright or chromium."""
+tests/system/test_browser.py it FAILS, not skips, without playwright or chromium."""
 from __future__ import annotations
 
 import os

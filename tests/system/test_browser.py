@@ -16,7 +16,7 @@ from app.ui import build_demo, launch_options  # noqa: E402
 from core.engine.config import DecodeConfig  # noqa: E402
 from fakes import Paced, tiny_stack  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

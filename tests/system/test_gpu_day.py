@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 gpu_day = load_script("gpu_day")
 PRESETS = ("qwen2.5-coder-0.5b-instruct", "gemma-3-270m", "smollm2-135m-instruct")
 

@@ -22,7 +22,7 @@ from app.handlers import Playground  # noqa: E402
 from app.ui import build_demo, launch_options  # noqa: E402
 from fakes import tiny_stack  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 USERS = 12
 NEW_TOKENS = 16
 PROMPTS = ["Once upon a time", "The capital of France is", "def add(a, b):", "1. eggs\n2. milk",

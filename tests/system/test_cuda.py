@@ -68,7 +68,7 @@ def test_seeded_sampling_gives_the_same_tokens_on_cpu_and_cuda(sampling):
 
 
 def test_sampled_eagle2_on_cuda_matches_the_target_distribution():
-    """The chi-square check of tests/test_sampling.py on a CUDA target (fewer runs: a smoke-size test)."""
+    """The chi-square check of tests/engine/test_sampling.py on a CUDA target (fewer runs: a smoke-size test)."""
     import test_sampling as ts
 
     tgt_cpu = ts.target()

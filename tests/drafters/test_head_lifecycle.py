@@ -51,7 +51,7 @@ def test_the_trainer_reads_the_registry_instead_of_branching_on_the_kind():
     registry's trainable kinds."""
     from core.train.__main__ import HEAD_TYPES
 
-    src = (Path(__file__).resolve().parents[1] / "core" / "train" / "__main__.py").read_text()
+    src = (Path(__file__).resolve().parents[2] / "core" / "train" / "__main__.py").read_text()
     main = next(n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and n.name == "main")
     names = {k.name for k in HEAD_KINDS}
     compared = [ast.unparse(n) for n in ast.walk(main) if isinstance(n, ast.Compare)

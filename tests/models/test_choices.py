@@ -20,7 +20,7 @@ from core.drafters.eagle import EagleDrafter
 from core.engine.eagle import Eagle2Decoder
 from core.models.target import TargetModel
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def pin(tmp_path, **values) -> Path:

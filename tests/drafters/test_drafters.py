@@ -1,7 +1,7 @@
 """The drafter contract (core/drafters/eagle.py): every registered drafter decodes losslessly through the same EAGLE-2 loop,
 and the Medusa head (core/drafters/medusa.py) saves, loads, trains and grows its tree as documented.
 
-The sampling side of "lossless for every drafter" is in tests/test_sampling.py (chi-square per drafter kind)."""
+The sampling side of "lossless for every drafter" is in tests/engine/test_sampling.py (chi-square per drafter kind)."""
 from __future__ import annotations
 
 import json

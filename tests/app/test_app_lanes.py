@@ -20,7 +20,7 @@ from core.engine.config import TreeConfig
 from core.prompt import PromptError
 from fakes import CharTokenizer, ReplayDecoder, baseline_events, eagle_events
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TEXT = "Hello world!"
 
 

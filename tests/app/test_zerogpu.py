@@ -11,7 +11,7 @@ import pytest
 
 from app import zerogpu
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def fake_spaces(zero_gpu: bool, durations: list) -> types.ModuleType:

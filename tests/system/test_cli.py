@@ -12,7 +12,7 @@ import pytest
 from core.cli import Parser, fail, one_line, run
 from core.paths import DATA_ENV, DEFAULT_DATA, data_dir
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_console_commands_name_the_clis_mains():

@@ -11,7 +11,7 @@ from core.engine.config import DecodeConfig, TreeConfig
 from core.prompt import PromptError, check_prompt_fits, encode, encode_prompt, prompt_limit, prompt_mode
 from test_generate_cli import word_tokenizer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHAT = "{% for m in messages %}<s> {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}w9{% endif %}"
 
 

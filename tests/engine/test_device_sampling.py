@@ -1,6 +1,6 @@
 """Seeded sampling that does not depend on the device: one CPU uniform per draw, inverse CDF in float64 on the CPU.
 
-These run on the CPU; tests/test_cuda.py repeats the cross-device claims on a GPU (`python -m pytest -m cuda`).
+These run on the CPU; tests/system/test_cuda.py repeats the cross-device claims on a GPU (`python -m pytest -m cuda`).
 Before this, `sample` called torch.multinomial with the decode call's CPU generator, which raises for CUDA
 probabilities and, on CUDA, would consume a different random stream.
 """
@@ -72,7 +72,7 @@ def test_accept_sampled_uses_the_same_stream():
 def test_a_draw_depends_on_the_calls_own_generator_only(monkeypatch):
     """What makes a seed give the same token on any device: sample() consumes exactly one uniform from the decode
     call's CPU generator and nothing else: not the global RNG, not a device RNG, never torch.multinomial (which
-    raised for CUDA probabilities with a CPU generator). The same claim on a real GPU: tests/test_cuda.py."""
+    raised for CUDA probabilities with a CPU generator). The same claim on a real GPU: tests/system/test_cuda.py."""
     def no(*a, **k):
         raise AssertionError("sample() must not draw this way")
 
