@@ -1,6 +1,6 @@
 """Hostile use of an exposed app, each case with the behaviour that answers it (docs/trust.md, hardening table):
 upload size and cache sweep, the queue's deadline and cheap events off the queue, a planned tree clamped to the
-limits, escaped tree labels, draft-id maps checked at load. (NaN draft scores: tests/system/test_hardening.py; training
+limits, escaped tree labels, draft-id maps checked at load. (NaN draft scores: tests/engine/test_hardening_engine.py; training
 resume: tests/train/test_train.py; stop strings: tests/engine/test_stops.py.)"""
 from __future__ import annotations
 
