@@ -75,3 +75,18 @@ def test_index_names_what_each_kind_of_file_is(tmp_path):
     assert "| curve.json | core/bench/head_curve.py: τ against training data, 1 heads and snapshots" in text
     assert "| vllm.json | scripts/vllm_side.py: vllm 0.32.0 on m |" in text
     assert "| other.json | probe data of a script" in text
+
+
+def test_index_and_leaderboard_walk_the_folders(tmp_path):
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "b.json").write_text(json.dumps(bench("2026-12-02", 0.0, {"eagle2": {"tau": 2.0}})))
+    (tmp_path / "bench" / "b.log").write_text("log")
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "ab.txt").write_text("a/b")
+    (tmp_path / "top.json").write_text(json.dumps(bench("2026-12-01", 0.0, {"eagle2": {"tau": 1.0}})))
+    table = leaderboard(tmp_path)
+    assert "[b.json](../results/bench/b.json)" in table and "[top.json](../results/top.json)" in table
+    text = index(tmp_path)
+    assert text.index("| top.json |") < text.index("## bench/") < text.index("| b.json |") < text.index("## kernels/")
+    assert "| b.log | console log" in text and "| ab.txt | plain-text report" in text
+    assert "| [bench/](#bench) | 2 | core.bench runs" in text
