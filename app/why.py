@@ -20,7 +20,7 @@ nodes cut, with c fitted so the whole tree gives the run's own acceptance. The l
 bigger trees than the run drafted are not listed (the run never saw those nodes). Draft passes and the rest stay as
 measured (same depth; the root alone has no draft pass).
 
-Pure functions of StepEvents and numbers: no gradio, no tensors (tests/test_why.py).
+Pure functions of StepEvents and numbers: no gradio, no tensors (tests/app/test_why.py).
 """
 from __future__ import annotations
 

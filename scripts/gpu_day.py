@@ -2,7 +2,7 @@
 
 A GPU machine lent for checks has about 15 minutes, no network and no room for the presets' weights, so this program
 needs none of them and imports no gradio:
-1. tests/test_cuda.py on tiny models (fp32 equivalence of every drafter, seeded sampling, chi-square), in a pytest
+1. tests/system/test_cuda.py on tiny models (fp32 equivalence of every drafter, seeded sampling, chi-square), in a pytest
    child; the app-handler test is deselected where gradio is not installed and the packaged-model test always.
 2. Each real architecture with random weights (the three offline presets' configs, read from the installed
    packages' config.json where they are, else the numbers below, and a Llama-3.1-8B config with an EAGLE-sized
@@ -158,10 +158,10 @@ def pytest_counts(text: str) -> dict[str, int]:
 
 
 def cuda_tests(device: str, out: Path, seconds: float) -> dict:
-    """tests/test_cuda.py in a pytest child: run on cuda, collected only on the dry run; its log under `out`."""
+    """tests/system/test_cuda.py in a pytest child: run on cuda, collected only on the dry run; its log under `out`."""
     select = "cuda and not real_model"  # the packaged Gemma's weights are not on a GPU machine
     deselect = [] if _installed("gradio") else ["app_handler"]  # the one test that needs the app
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", select, "tests/test_cuda.py"]
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", select, "tests/system/test_cuda.py"]
     if deselect:
         args += ["-k", " and ".join(f"not {d}" for d in deselect)]
     if device != "cuda":

@@ -5,7 +5,9 @@ would let a 200-token equivalence test pass on 5 distinct tokens. The builders t
 Gemma 3, randomise the (1 + w) norms so the sqrt(H)-scaled tied embedding does not dominate the residual and make
 every token predict itself). `assert_varied` guards this in the tests that rely on it.
 
-Helpers are plain functions here so test modules can `from conftest import ...` (tests/ has no __init__.py).
+Helpers are plain functions here so test modules in every folder can `from conftest import ...` (tests/ has no
+__init__.py; pytest.ini puts tests/ and each of its folders on the path, so `from fakes import ...` and a test
+module's helpers, `from test_bench import stack`, import the same way from any folder).
 """
 from __future__ import annotations
 
@@ -45,18 +47,18 @@ torch.set_num_threads(1)
 # oneDNN and ATen caps this machine can emulate (ONEDNN_MAX_CPU_ISA=AVX2 / AVX512_CORE_BF16,
 # ATEN_CPU_CAPABILITY=default), so a fault that would appear on another processor appears here first.
 ISA_SENSITIVE = (
-    "tests/test_kernels.py::",
-    "tests/test_logits.py::",
-    "tests/test_exactness.py::",
-    "tests/test_tree_logits.py::",
-    "tests/test_invariant_attention.py::",
-    "tests/test_choices.py::test_each_pinned_path_gives_the_plain_paths_tokens",
-    "tests/test_equivalence.py::test_greedy_eagle_equals_baseline[llama-T24-D5-K4-L0]",
-    "tests/test_equivalence.py::test_greedy_eagle_equals_baseline[qwen2-T24-D5-K4-L10-S0.05]",
-    "tests/test_equivalence.py::test_greedy_eagle_equals_baseline[gemma3-T24-D5-K4-L0]",
-    "tests/test_equivalence.py::test_greedy_eagle_reduced_draft_vocab[llama]",
+    "tests/models/test_kernels.py::",
+    "tests/models/test_logits.py::",
+    "tests/engine/test_exactness.py::",
+    "tests/engine/test_tree_logits.py::",
+    "tests/engine/test_invariant_attention.py::",
+    "tests/models/test_choices.py::test_each_pinned_path_gives_the_plain_paths_tokens",
+    "tests/system/test_equivalence.py::test_greedy_eagle_equals_baseline[llama-T24-D5-K4-L0]",
+    "tests/system/test_equivalence.py::test_greedy_eagle_equals_baseline[qwen2-T24-D5-K4-L10-S0.05]",
+    "tests/system/test_equivalence.py::test_greedy_eagle_equals_baseline[gemma3-T24-D5-K4-L0]",
+    "tests/system/test_equivalence.py::test_greedy_eagle_reduced_draft_vocab[llama]",
 )
-ISA_LEFT_OUT = ("tests/test_tree_logits.py::test_the_draft_profile_script",)  # a script's report, not a kernel path
+ISA_LEFT_OUT = ("tests/engine/test_tree_logits.py::test_the_draft_profile_script",)  # a script's report, not a kernel path
 
 
 def pytest_collection_modifyitems(config, items):
@@ -255,7 +257,7 @@ def rng() -> torch.Generator:
 
 
 # Every test runs on one pinned CPU path (core/models/choices.py): the plain products, no rows on demand, no oneDNN route,
-# so a bug in one route fails the tests that pin that route (tests/test_choices.py) instead of showing up now and
+# so a bug in one route fails the tests that pin that route (tests/models/test_choices.py) instead of showing up now and
 # then when timing noise picks it. Tests of the timing itself are marked `timed` and see no pins.
 PLAIN_PATH = {"lm_head": "linear", "lazy_rows": False, "body_onednn_rows": [], "draft_head": "linear",
               "draft_onednn_rows": [], "medusa_head": "linear"}

@@ -7,7 +7,7 @@ round add up along that chain. `python -m core.train.evaluate --json` results ca
 evaluation (`--eval HEAD=FILE`), to put an old head on the same card, machine and dtype as a new run.
 
     python -m core.bench.head_curve runs/q5-ft/head runs/q5-eagle/head runs/q5-eagle3/head \
-        --eval runs/old-heads/r1=runs/card_r1.json --json results/qwen_r5_curve.json
+        --eval runs/old-heads/r1=runs/card_r1.json --json results/heads/qwen_r5_curve.json
 
 Prints a markdown table; --json writes the rows.
 """

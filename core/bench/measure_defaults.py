@@ -1,7 +1,7 @@
 """README's "What you will see": core.bench run with exactly what `python app.py` runs, at T=0 and T=1.
 
 python -m core.bench.measure_defaults --questions FILE.jsonl [--limit 30 | --per-category 5] [--max-new-tokens 128]
-    [--out results] [--date YYYY-MM-DD]
+    [--out results/bench] [--date YYYY-MM-DD]
 
 The app's settings are read the way app.py reads them (app.parse_args with no flags, so EAGLE_* variables count):
 model, head, device and dtype as given (default: the default model and its shipped head, the best device, on CPU
@@ -11,8 +11,8 @@ greedy and for sampled requests), passed to the bench as a fixed tree: its greed
 races transformers' generate(), our baseline and EAGLE-2 (--methods hf,baseline,eagle2) with the UI's default
 answer length (128 new tokens) and top-p 1.
 
-Writes results/defaults_<date>_t0.json and _t1.json (core.bench results, picked up by docs/results.md) and
-results/defaults_<date>.json (the table rows, the settings and the command), and prints the markdown rows of
+Writes results/bench/defaults_<date>_t0.json and _t1.json (core.bench results, picked up by docs/results.md) and
+results/bench/defaults_<date>.json (the table rows, the settings and the command), and prints the markdown rows of
 README's table: T, speedup against our baseline and against generate() (ratio of mean tokens/s), tau, the median
 per-prompt speedup against our baseline, prompts, processor, date.
 """
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                         "land in the JSON)")
     p.add_argument("--split", default="test", choices=["test", "dev", "all"],
                    help="question split (default test: published numbers never use the dev rows)")
-    p.add_argument("--out", default=str(ROOT / "results"), help="folder for the JSON files")
+    p.add_argument("--out", default=str(ROOT / "results" / "bench"), help="folder for the JSON files")
     p.add_argument("--date", default=datetime.date.today().isoformat(), help="date in the file names")
     a = p.parse_args(argv)
     if not Path(a.questions).is_file():

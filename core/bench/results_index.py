@@ -7,6 +7,10 @@ eagle2-head, the -b head, chains, Medusa, lookup): date, the commit that added t
 head, tree, temperature, speedup against transformers generate() and against our own baseline, tau, T=0
 mismatches, and a link to the JSON. Rows are newest first. With --write the table replaces the lines between the
 two LEADERBOARD markers of that markdown file; without, it is printed.
+
+results/ is grouped by what a file measures, one folder each (FOLDERS below: bench/, heads/, training/, kernels/,
+serving/, gpu/); both the leaderboard and the index walk every folder, and the index lists each folder's files
+under its own heading.
 """
 from __future__ import annotations
 
@@ -19,6 +23,18 @@ from pathlib import Path
 DRAFTING = ("eagle2", "eagle2-head", "eagle2-head-b", "eagle2-chain", "eagle2-chain-b", "eagle2-greedy-tree",
             "medusa", "lookup")
 BEGIN, END = "<!-- LEADERBOARD BEGIN (core/bench/results_index.py) -->", "<!-- LEADERBOARD END -->"
+FOLDERS = {  # results/'s folders: what the files in each measure
+    "bench": "core.bench runs: speed and tau of each drafting method against transformers generate() and our own "
+             "baseline (Spec-Bench, MT-bench, presets, tree sweeps, the app's defaults), their console logs, and the "
+             "time split of a run (scripts/probes/why_check.py)",
+    "heads": "draft heads compared: tau per head and round, tau against training data (core/bench/head_curve.py), a "
+             "re-chosen draft vocabulary, the best tree for a perfect drafter (scripts/probes/oracle_tau.py)",
+    "training": "training rounds: held-out curves and A/B arms of a round, data-generation throughput",
+    "kernels": "kernel routes and attention: A/B switches of the LM-head and body routes, the row-invariant attention "
+               "against SDPA, bf16 row probes, profiles",
+    "serving": "the same heads served by vLLM (scripts/vllm_side.py)",
+    "gpu": "the GPU check's CPU reference (scripts/gpu_check.py --write-reference)",
+}
 HEADER = ("| date | commit | processor | model | dtype | method | head | tree | T | vs generate() | vs baseline | tau "
           "| mismatches (unexplained) | JSON |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
@@ -60,8 +76,9 @@ def num(x: object, fmt: str = "{:.2f}", suffix: str = "") -> str:
     return fmt.format(x) + suffix if isinstance(x, (int, float)) else "–"
 
 
-def rows_of(path: Path, data: dict, commit: str) -> list[tuple[str, str]]:
-    """(sort key, markdown row) per drafting method of one bench result."""
+def rows_of(path: Path, data: dict, commit: str, rel: str | None = None) -> list[tuple[str, str]]:
+    """(sort key, markdown row) per drafting method of one bench result; rel is its path under results/."""
+    rel = rel or path.name
     c, summary = data["config"], data["summary"]
     cpu = (c.get("machine") or {}).get("cpu") or "not recorded"
     date = str(c.get("date", ""))[:10] or "?"
@@ -78,7 +95,7 @@ def rows_of(path: Path, data: dict, commit: str) -> list[tuple[str, str]]:
         row = (f"| {date} | {commit} | {cpu} | {c.get('model', '?')} | {c.get('dtype', '?')} | {m} | {head} | {tree} "
                f"| {num(t, '{:g}')} | {num(s.get('speedup_vs_hf'), suffix='x')} "
                f"| {num(s.get('speedup_vs_baseline'), suffix='x')} | {num(s.get('tau'))} | {mism} "
-               f"| [{path.name}](../results/{path.name}) |")
+               f"| [{path.name}](../results/{rel}) |")
         out.append((str(c.get("date", "")) + path.name + m, row))
     return out
 
@@ -86,7 +103,8 @@ def rows_of(path: Path, data: dict, commit: str) -> list[tuple[str, str]]:
 def added_commits(results: Path) -> dict[str, str]:
     """File name -> short hash of the commit that added it (empty when git is unavailable)."""
     try:
-        log = subprocess.run(["git", "log", "--diff-filter=A", "--format=@%h", "--name-only", "--", str(results)],
+        log = subprocess.run(["git", "log", "-M", "--diff-filter=A", "--format=@%h", "--name-only", "--",
+                              str(results)],
                              capture_output=True, text=True, check=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return {}
@@ -95,7 +113,7 @@ def added_commits(results: Path) -> dict[str, str]:
         if line.startswith("@"):
             current = line[1:]
         elif line.strip():
-            commits.setdefault(Path(line).name, current)  # git log lists the newest add first
+            commits.setdefault(Path(line).name, current)  # the newest add first; a move into a folder is no add
     return commits
 
 
@@ -103,13 +121,13 @@ def leaderboard(results: Path) -> str:
     """The markdown table, newest first."""
     commits = added_commits(results)
     rows = []
-    for path in sorted(results.glob("*.json")):
+    for path in sorted(results.rglob("*.json")):
         try:
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
         if is_bench(data):
-            rows += rows_of(path, data, commits.get(path.name, "?"))
+            rows += rows_of(path, data, commits.get(path.name, "?"), path.relative_to(results).as_posix())
     rows.sort(key=lambda r: r[0], reverse=True)
     return HEADER + "\n" + "\n".join(r for _, r in rows)
 
@@ -123,16 +141,31 @@ OTHER = {  # files that are not core.bench results: what wrote them and what the
 
 
 def index(results: Path) -> str:
-    """results/INDEX.md: one line per file saying what it is."""
+    """results/INDEX.md: one line per file saying what it is, grouped by folder (files at the top first)."""
     lines = ["# results/: what each file is", "",
              "Data only: core.bench JSON (config + per_prompt + summary), their console logs, and a few script "
-             "reports. HTML reports are written on request (`--html`) and not committed (.gitignore). The "
-             "leaderboard built from these files is docs/results.md (`python -m core.bench.results_index --write "
-             "docs/results.md --index results/INDEX.md` rebuilds both).", "",
-             "| file | what |", "|---|---|"]
-    for path in sorted(results.iterdir()):
-        if path.name == "INDEX.md" or not path.is_file():
-            continue
+             "reports, one folder per kind of measurement. HTML reports are written on request (`--html`) and not "
+             "committed (.gitignore). The leaderboard built from these files is docs/results.md (`python -m "
+             "core.bench.results_index --write docs/results.md --index results/INDEX.md` rebuilds both).", ""]
+    folders = sorted((p for p in results.iterdir() if p.is_dir()), key=lambda p: (p.name not in FOLDERS, p.name))
+    top = [p for p in sorted(results.iterdir()) if p.is_file() and p.name != "INDEX.md"]
+    if folders:
+        lines += ["| folder | files | what |", "|---|---|---|"]
+        lines += [f"| [{d.name}/](#{d.name}) | {sum(1 for p in d.rglob('*') if p.is_file())} "
+                  f"| {FOLDERS.get(d.name, '')} |" for d in folders]
+        lines.append("")
+    if top:
+        lines += table(top, results)
+    for d in folders:
+        lines += [f"## {d.name}/", "", FOLDERS.get(d.name, ""), ""] if d.name in FOLDERS else [f"## {d.name}/", ""]
+        lines += table(sorted(p for p in d.rglob("*") if p.is_file()), d)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def table(files: list[Path], under: Path) -> list[str]:
+    """A markdown table naming what each file is (paths relative to `under`), and a blank line."""
+    lines = ["| file | what |", "|---|---|"]
+    for path in files:
         what = OTHER.get(path.suffix, "")
         if path.suffix == ".json":
             try:
@@ -154,8 +187,8 @@ def index(results: Path) -> str:
                 what = f"core/bench/head_curve.py: τ against training data, {len(data)} heads and snapshots from their cards"
             else:
                 what = "probe data of a script (scripts/bf16_rows_probe.py)"
-        lines.append(f"| {path.name} | {what} |")
-    return "\n".join(lines) + "\n"
+        lines.append(f"| {path.relative_to(under).as_posix()} | {what} |")
+    return lines + [""]
 
 
 def main(argv: list[str] | None = None) -> int:

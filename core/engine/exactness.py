@@ -1,7 +1,7 @@
 """Where and why two greedy runs of the same target diverge: top-2 logit margins and a pure near-tie rule.
 
 EAGLE-2 verifies a tree of N tokens in one forward while plain decoding runs one token at a time. In fp32 both give
-the same tokens (tests/test_equivalence.py). In bf16 the two shapes round differently (other GEMM blocking, other
+the same tokens (tests/system/test_equivalence.py). In bf16 the two shapes round differently (other GEMM blocking, other
 reduction order), so the same position's logits differ by a few units in the last place; when the target's top two
 logits are that close, the greedy choice can flip and the texts part ways from there on. That is a property of the
 arithmetic, not of speculative decoding: serving engines call it "lossless up to the precision limits of hardware

@@ -78,7 +78,7 @@ def peak(row: torch.Tensor) -> Peak:
     times faster. So the row is cut into blocks of PEAK_BLOCK, one amax gives every block's maximum, and only the
     winning block (the first holding the maximum) is searched for the index and the runner-up, which is the larger
     of that block's second value and every other block's maximum. On the default model's 262k vocabulary in bf16
-    that is about 0.4 ms a row against 1.9 ms for max + topk(2), strided rows included (tests/test_logits.py pins the
+    that is about 0.4 ms a row against 1.9 ms for max + topk(2), strided rows included (tests/models/test_logits.py pins the
     equality). The result is exactly theirs: NaN propagates through amax into `logit`, so callers check it.
     """
     row = row.contiguous()  # (V,): vocabulary-major logits arrive as strided rows

@@ -25,7 +25,7 @@ DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"  # a chat model; core/models/prese
 ATTENTION_MODES = ("auto", "invariant", "sdpa")  # --attention / $EAGLE_ATTENTION; sdpa is the default
 ATTENTION_ENV = "EAGLE_ATTENTION"
 # model families whose attention calls transformers' interface with the (1, 1, T, S) masks this adapter builds, and
-# whose bf16 tree verifies the tests check bit for bit against one-token steps (tests/test_invariant_attention.py)
+# whose bf16 tree verifies the tests check bit for bit against one-token steps (tests/engine/test_invariant_attention.py)
 INVARIANT_FAMILIES = ("llama", "qwen2", "gemma3_text")
 AUTO_MIN_ROWS = 16  # `auto` keeps the invariant attention only where the probe covers the engine's default tree
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 DATA = data_dir()  # $EAGLE_DATA_DIR, else ../shared/data (core/paths.py)
 # the head kinds with a training recipe in core/drafters/heads.py HEAD_KINDS (named here so --help needs no model
-# code; tests/test_train.py checks the two agree)
+# code; tests/train/test_train.py checks the two agree)
 HEAD_TYPES = ("eagle", "eagle3", "medusa")
 
 

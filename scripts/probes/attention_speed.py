@@ -2,7 +2,7 @@
 the invariant attention against SDPA on one loaded model (docs/trust.md, "Bit-exact mode"). Run it alone on the
 machine (timings on a shared CPU say little):
 
-    PYTHONPATH=. python scripts/probes/attention_speed.py --json results/attention_speed.json
+    PYTHONPATH=. python scripts/probes/attention_speed.py --json results/kernels/attention_speed.json
     PYTHONPATH=. python scripts/probes/attention_speed.py --model gemma-3-270m --contexts 64,512,2048 --new-tokens 64
 
 Per context length C (a prompt of C tokens) and attention (the order alternates between lengths so drift hits both):

@@ -6,7 +6,7 @@ tokens/s ratio, and the same arithmetic with the plain step and the verify read 
 before the prompts (core.engine.autotree.verify_profile, as the app does at start-up) instead of the run. The prompts are
 written for this check (instructions of everyday kinds), not taken from any training or benchmark set.
 
-    python -m scripts.probes.why_check --model smollm2-135m-instruct --max-new-tokens 64 --out results/why_smollm2.json
+    python -m scripts.probes.why_check --model smollm2-135m-instruct --max-new-tokens 64 --out results/bench/why_smollm2.json
 
 Prints one markdown table (docs/playground.md, "Why this speedup: predicted against measured").
 """
