@@ -14,7 +14,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from core.cli import Parser, fail
+from core.cli import Parser, run
 
 DRAFTING = ("eagle2", "eagle2-head", "eagle2-head-b", "eagle2-chain", "eagle2-chain-b", "eagle2-greedy-tree",
             "medusa", "lookup")
@@ -159,6 +159,12 @@ def index(results: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m core.bench.results_index`: the leaderboard (printed, or written into --write's marked block) and the
+    file index; bad input (a missing file, a file without the block) is one line and exit status 2 (core/cli.py)."""
+    return run("core.bench.results_index", _main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
     p = Parser(prog="python -m core.bench.results_index", description=__doc__.splitlines()[0])
     p.add_argument("--results", default="results", help="folder of bench JSON files")
     p.add_argument("--write", default=None, help="markdown file whose LEADERBOARD block is replaced")
@@ -173,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = Path(a.write)
     text = doc.read_text()
     if BEGIN not in text or END not in text:
-        return fail("core.bench.results_index", f"{doc} has no {BEGIN} ... {END} block")
+        raise ValueError(f"{doc} has no {BEGIN} ... {END} block")
     head, rest = text.split(BEGIN, 1)
     doc.write_text(head + BEGIN + "\n" + table + "\n" + END + rest.split(END, 1)[1])
     return 0
