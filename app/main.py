@@ -12,13 +12,15 @@ import sys
 import time
 
 from app.env import env_args
-from core.cli import run
+from core.cli import Parser, run
 
 PROG = "[eagle-playground]"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="EAGLE Playground: baseline vs EAGLE-2 decoding side by side",
+    """The flags, environment variables first (app/env.py); a bad flag, value or variable is one line and exit
+    status 2 (core/cli.py's Parser), `--help` argparse's own."""
+    p = Parser(description="EAGLE Playground: baseline vs EAGLE-2 decoding side by side",
                                 epilog="Every flag can also be set by an environment variable: EAGLE_ and the flag's "
                                        "name in capitals, e.g. EAGLE_TREE=auto, EAGLE_MAX_NEW_TOKENS_CAP=512, "
                                        "EAGLE_SHARE=1 (the command line wins; docs/usage.md).")

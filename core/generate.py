@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from core.cli import Parser, fail
+from core.cli import Parser, run
 from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
 from core.engine.stops import check_stops, stop_at
 
@@ -119,14 +119,15 @@ def summary_line(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """CLI entry point (eagle-generate): a bad flag or input is one line and exit status 2 (core/cli.py; DecodeError
+    is a ValueError), Ctrl-C status 130."""
     args = parse_args(argv)
-    try:
-        result = generate(args)
-    except (ValueError, OSError, MemoryError) as e:  # DecodeError is a ValueError
-        return fail("", e)
-    except KeyboardInterrupt:
-        return 130
-    if args.json:
+    return run("", lambda _argv: _emit(generate(args), args.json))
+
+
+def _emit(result: dict, as_json: bool) -> int:
+    """Print the text and its summary line, or one JSON object."""
+    if as_json:
         print(json.dumps(result, ensure_ascii=False))
     else:
         print(result["text"])

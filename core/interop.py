@@ -13,12 +13,11 @@ no tensors) and says what would stop vLLM from loading it unedited.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-from core.cli import fail
+from core.cli import Parser, fail
 from core.drafters.heads import vllm_problems  # the check `check` runs; it lives with the head rules
 from core.paths import data_dir
 
@@ -108,7 +107,7 @@ def compare(ours: dict, theirs: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m core.interop", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m core.interop", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("check", help="say what stops vLLM from reading a head folder")
     c.add_argument("head")

@@ -18,13 +18,13 @@ The token comes from --token, HF_TOKEN, or `hf auth login`'s stored token.
 """
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from core.cli import Parser, fail
 
 ROOT = Path(__file__).resolve().parent.parent
 HARDWARE = {"zero-gpu": "zero-a10g", "cpu": "cpu-basic"}  # huggingface_hub SpaceHardware ids (ZeroGPU keeps its id)
@@ -184,7 +184,7 @@ def deploy(repo_id: str, hardware: str, files: dict[str, str | Path], private: b
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m scripts.deploy_space", description=__doc__.splitlines()[0])
+    p = Parser(prog="python -m scripts.deploy_space", description=__doc__.splitlines()[0])
     p.add_argument("repo_id", help="the Space, USER/NAME (created when missing)")
     p.add_argument("--hardware", required=True, choices=sorted(HARDWARE), help="zero-gpu or cpu")
     p.add_argument("--dry-run", action="store_true", help="print files, front matter and requirements; no network")
@@ -205,8 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         url = deploy(a.repo_id, a.hardware, files, a.private, a.token, variables)
     except DeployError as e:
-        print(f"scripts.deploy_space: error: {e}", file=sys.stderr)
-        return 2
+        return fail("scripts.deploy_space", e)  # one line, status 2 (core/cli.py)
     print(f"deployed {len(files)} files to {url}")
     return 0
 

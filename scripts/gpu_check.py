@@ -28,6 +28,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from core.cli import Parser
+
 ROOT = Path(__file__).resolve().parents[1]
 
 TAU_BAND = 0.10  # device tau within 10 % of the CPU's (same outputs; only draft-score rounding differs)
@@ -38,7 +40,7 @@ EAGLE3_DRAFT_VOCAB = 4096  # the untrained EAGLE-3 head drafts over the first 40
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = Parser(prog="scripts/gpu_check.py", description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     p.add_argument("--n", type=int, default=4, help="real prompts per check")
     p.add_argument("--max-new-tokens", type=int, default=48)

@@ -33,6 +33,8 @@ from pathlib import Path
 import httpx
 from gradio_client import Client
 
+from core.cli import Parser
+
 ROOT = Path(__file__).resolve().parent.parent
 NORMAL = 8
 NEW_TOKENS = 16
@@ -121,7 +123,7 @@ class Counter:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The flags; the models to serve (tiny ones, or --presets) and how many stay loaded."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = Parser(prog="scripts/load_test.py", description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=int, default=200, help="total requests (normal + hostile), at least 40")
     p.add_argument("--json", default=None, help="write the report here")
     p.add_argument("--models", type=int, default=1, help="tiny models served at once (1-3)")
@@ -131,10 +133,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     a = p.parse_args(argv)
     a.names = [n.strip() for n in a.presets.split(",") if n.strip()] or list(TINY[:a.models])
     if not a.presets and not 1 <= a.models <= len(TINY):
-        p.exit(2, f"error: --models must be 1 to {len(TINY)}, got {a.models}\n")
+        p.error(f"--models must be 1 to {len(TINY)}, got {a.models}")
     a.max_loaded = a.max_loaded or len(a.names)
     if a.max_loaded < 1:
-        p.exit(2, f"error: --max-loaded must be at least 1, got {a.max_loaded}\n")
+        p.error(f"--max-loaded must be at least 1, got {a.max_loaded}")
     return a
 
 

@@ -71,7 +71,7 @@ from core.bench.report import (
 from core.bench.specbench import write_specbench
 from core.bench.stack import Stack, prepare
 from core.bench.turns import check_turns, rows_of_turn, second_turns
-from core.cli import fail
+from core.cli import Parser, run
 from core.engine.autotree import describe
 from core.engine.config import DecodeConfig, SamplingConfig, TreeConfig
 from core.lanes import SPECIAL_HEADS, LaneSpec
@@ -79,13 +79,8 @@ from core.models import choices
 from core.models.kernels import cpu_description
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line instead of usage + message
-        raise BenchError(message)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = _Parser(prog="python -m core.bench", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m core.bench", raises=True, description=__doc__.split("\n")[0])
     p.add_argument("--questions", default=os.environ.get("EAGLE_QUESTIONS"),
                    help="Spec-Bench style jsonl (question_id, category, turns); default $EAGLE_QUESTIONS")
     p.add_argument("--categories", default="", help="comma list of Spec-Bench categories (or MT-bench ones)")
@@ -378,19 +373,22 @@ def print_tables(result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (0 ok, 2 user error with one line on stderr)."""
-    try:
-        plan = validate(parse_args(argv))
-        result = bench(plan)
-        Path(plan.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(plan.json).write_text(json.dumps(result, indent=1) + "\n")
-        if plan.html:
-            Path(plan.html).parent.mkdir(parents=True, exist_ok=True)
-            c = result["config"]
-            title = f"EAGLE Playground bench: {c['model']} · {c['device']} · {c['dtype']} · T={c['temperature']}"
-            write_html(plan.html, result["per_prompt"], result["summary"], title)
-    except (BenchError, ValueError, OSError) as e:
-        return fail("core.bench", e)
+    """CLI entry point (eagle-bench); returns the exit status (0 ok, 2 user error with one line on stderr: a bad flag
+    is core/cli.py's UsageError, a bad plan a BenchError, both ValueErrors)."""
+    return run("core.bench", _main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    """Parse, check, run the plan, write its JSON (and HTML) and print the tables."""
+    plan = validate(parse_args(argv))
+    result = bench(plan)
+    Path(plan.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(plan.json).write_text(json.dumps(result, indent=1) + "\n")
+    if plan.html:
+        Path(plan.html).parent.mkdir(parents=True, exist_ok=True)
+        c = result["config"]
+        title = f"EAGLE Playground bench: {c['model']} · {c['device']} · {c['dtype']} · T={c['temperature']}"
+        write_html(plan.html, result["per_prompt"], result["summary"], title)
     print_tables(result)
     return 0
 

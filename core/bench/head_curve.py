@@ -13,10 +13,10 @@ Prints a markdown table; --json writes the rows.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from pathlib import Path
+
+from core.cli import Parser, fail
 
 
 def chain(card: dict) -> list[dict]:
@@ -71,7 +71,7 @@ def rows_for(head: Path, evaluation: dict | None) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m core.bench.head_curve", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m core.bench.head_curve", description=__doc__.split("\n")[0])
     p.add_argument("heads", nargs="+", type=Path, help="head folders holding training.json")
     p.add_argument("--eval", action="append", default=[], metavar="HEAD=FILE",
                    help="a core.train.evaluate --json result that replaces HEAD's own card evaluation")
@@ -86,8 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             evals[str(Path(head))] = json.loads(Path(file).read_text())
         rows = [r for h in a.heads for r in rows_for(h, evals.get(str(h)))]
     except (OSError, ValueError, KeyError) as e:
-        print(f"[head_curve] error: {e}", file=sys.stderr)
-        return 2
+        return fail("[head_curve]", e)  # one line, status 2 (core/cli.py)
     print("| head | type | tokens seen (generated) | training s, all rounds | τ T=0 | τ T=1 |")
     print("|---|---|---|---|---|---|")
     for r in rows:

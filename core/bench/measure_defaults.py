@@ -26,6 +26,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from core.cli import Parser, fail
+
 ROOT = Path(__file__).resolve().parents[2]  # the repository (app.py, results/)
 UI_MAX_NEW_TOKENS = 128  # the UI's default answer length (app/ui.py)
 
@@ -117,7 +119,7 @@ HEADER = ("| T | EAGLE-2 vs our baseline | vs transformers generate() | τ (toke
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m core.bench.measure_defaults", description=__doc__.splitlines()[0])
+    p = Parser(prog="python -m core.bench.measure_defaults", description=__doc__.splitlines()[0])
     p.add_argument("--questions", required=True, help="Spec-Bench or MT-bench question.jsonl (docs/usage.md)")
     p.add_argument("--limit", type=int, default=0, help="first N prompts")
     p.add_argument("--per-category", type=int, default=5, help="first N prompts per category (default 5: 30 of "
@@ -132,8 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--date", default=datetime.date.today().isoformat(), help="date in the file names")
     a = p.parse_args(argv)
     if not Path(a.questions).is_file():
-        print(f"core.bench.measure_defaults: error: questions file {a.questions!r} not found", file=sys.stderr)
-        return 2
+        return fail("core.bench.measure_defaults", f"questions file {a.questions!r} not found")
     from core.bench import cli as bench
 
     args = app_args()

@@ -14,8 +14,8 @@ from core.train.evaluate import spec_bench_category
 SPLITS = ("all", "dev", "test")
 
 
-class BenchError(Exception):
-    """A user error: reported as one line on stderr, exit status 2."""
+class BenchError(ValueError):
+    """A user error of the bench: a ValueError, so core/cli.py's runner reports it as one line, exit status 2."""
 
 
 def read_questions(path: str) -> list[dict]:

@@ -14,11 +14,11 @@ under its own heading.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
-import sys
 from pathlib import Path
+
+from core.cli import Parser, run
 
 DRAFTING = ("eagle2", "eagle2-head", "eagle2-head-b", "eagle2-chain", "eagle2-chain-b", "eagle2-greedy-tree",
             "medusa", "lookup")
@@ -192,7 +192,13 @@ def table(files: list[Path], under: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """`python -m core.bench.results_index`: the leaderboard (printed, or written into --write's marked block) and the
+    file index; bad input (a missing file, a file without the block) is one line and exit status 2 (core/cli.py)."""
+    return run("core.bench.results_index", _main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    p = Parser(prog="python -m core.bench.results_index", description=__doc__.splitlines()[0])
     p.add_argument("--results", default="results", help="folder of bench JSON files")
     p.add_argument("--write", default=None, help="markdown file whose LEADERBOARD block is replaced")
     p.add_argument("--index", default=None, help="also write the file index here (results/INDEX.md)")
@@ -206,8 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = Path(a.write)
     text = doc.read_text()
     if BEGIN not in text or END not in text:
-        print(f"core.bench.results_index: error: {doc} has no {BEGIN} ... {END} block", file=sys.stderr)
-        return 2
+        raise ValueError(f"{doc} has no {BEGIN} ... {END} block")
     head, rest = text.split(BEGIN, 1)
     doc.write_text(head + BEGIN + "\n" + table + "\n" + END + rest.split(END, 1)[1])
     return 0

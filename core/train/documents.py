@@ -16,9 +16,9 @@ import argparse
 import json
 import random
 import re
-import sys
 from pathlib import Path
 
+from core.cli import Parser, fail
 from core.train.sources import pick_template, write_once
 
 # (template, weight): the instruction before or after the document, the ways users ask about one
@@ -88,7 +88,7 @@ def write_documents(text_path: str, n: int, out: Path, seed: int = 0, min_chars:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from core.train.__main__ import DATA
 
-    p = argparse.ArgumentParser(prog="python -m core.train.documents", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m core.train.documents", description=__doc__.split("\n\n")[0])
     p.add_argument("--text", default=str(DATA / "train" / "text.jsonl"), help="jsonl rows with a 'text' field")
     p.add_argument("--out", required=True, help="prompts file to write (jsonl rows with a 'prompt' field)")
     p.add_argument("--n", type=int, default=768, help="prompts to write")
@@ -101,9 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     if a.n <= 0 or not 0 < a.min_chars <= a.max_chars:
-        print(f"error: need --n > 0 and 0 < --min-chars <= --max-chars, got {a.n}, {a.min_chars}, {a.max_chars}",
-              file=sys.stderr)
-        return 2
+        return fail("", f"need --n > 0 and 0 < --min-chars <= --max-chars, got {a.n}, {a.min_chars}, {a.max_chars}")
     out = Path(a.out)
     return write_once(out, lambda: write_documents(a.text, a.n, out, a.seed, a.min_chars, a.max_chars),
                       (OSError, ValueError))

@@ -136,13 +136,11 @@ def baseline_text(target: TargetModel, tok, prompt: str, max_new: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m core.train.evaluate`: tau per Spec-Bench category and chain n-alpha at T=0 and T=1, as JSON."""
-    import argparse
-    import sys
-
+    from core.cli import Parser, fail
     from core.models.kernels import cpu_description
     from core.pipeline import build_decoders
 
-    p = argparse.ArgumentParser(prog="python -m core.train.evaluate", description=main.__doc__)
+    p = Parser(prog="python -m core.train.evaluate", description=main.__doc__)
     p.add_argument("--questions", default=None, help="a questions file (Spec-Bench / MT-bench layout)")
     p.add_argument("--card", action="store_true", help="the chat head's 31-prompt card instead (card_questions: "
                    "MT-bench and Spec-Bench dev splits from the data folder, $EAGLE_DATA_DIR or ../shared/data)")
@@ -182,8 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         tree = TreeConfig.parse(a.tree) if a.tree else TreeConfig()
         target, tok, _, eagle = build_decoders(a.model, a.head, None, a.dtype)
     except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return fail("", e)  # one line, status 2 (core/cli.py)
     mode = "chat" if a.chat and tok.chat_template else "raw"
     out = {"questions": "card" if a.card else a.questions, "per_category": None if a.card else a.per_category,
            "head": a.head, "tree": tree.spec(),

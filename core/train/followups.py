@@ -16,12 +16,11 @@ packed token ids, core/train/tokens.py) have the usual layout; the conversation 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import random
-import sys
 from pathlib import Path
 
+from core.cli import Parser, fail
 from core.train.data import user_turn
 from core.train.tokens import read_shard_ids
 
@@ -80,7 +79,7 @@ def conversations(tok, pool: list[dict], first_turns: list[Path], generic_share:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m core.train.followups", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m core.train.followups", description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True)
     p.add_argument("--prompts", required=True, type=Path, help="the prompt file the first turns came from")
     p.add_argument("--first-turns", required=True, action="append", type=Path, metavar="DIR",
@@ -115,8 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                              a.sample_share, a.seed, max_shards=a.max_shards)
         print(json.dumps({"conversations": counts, "data": stats}, indent=1))
     except (OSError, ValueError) as e:
-        print(f"[core.train.followups] error: {e}", file=sys.stderr)
-        return 2
+        return fail("[core.train.followups]", e)  # one line, status 2 (core/cli.py)
     return 0
 
 

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from core.cli import Parser, run
+
 
 def shard_token_counts(dirs: list[Path], vocab: int, generated: bool = False) -> torch.Tensor:
     """(vocab,) token frequencies over every shard_*.safetensors in `dirs`, reading only the ids (not features);
@@ -60,13 +62,20 @@ def most_frequent(own: torch.Tensor, counts: torch.Tensor, size: int) -> tuple[t
     return ids, coverage(counts, ids)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """--head DIR, one or more --shards DIR, --size N (argparse: usage errors exit 2 with its message)."""
-    p = argparse.ArgumentParser(prog="python -m core.train.prune", description=__doc__.split("\n\n")[0])
+def vocab_parser(prog: str, description: str, size_help: str) -> Parser:
+    """The flags prune and revocab share: --head DIR, one or more --shards DIR, --size N (a bad flag is one line and
+    exit status 2, core/cli.py)."""
+    p = Parser(prog=prog, description=description)
     p.add_argument("--head", required=True, help="an EAGLE-1/2 head folder (config.json + model.safetensors)")
     p.add_argument("--shards", action="append", required=True, metavar="DIR",
                    help="a folder of training shards to count (repeatable)")
-    p.add_argument("--size", type=int, required=True, help="tokens to keep")
+    p.add_argument("--size", type=int, required=True, help=size_help)
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """--head DIR, one or more --shards DIR, --size N."""
+    p = vocab_parser("python -m core.train.prune", __doc__.split("\n\n")[0], "tokens to keep")
     return p.parse_args(argv)
 
 
@@ -94,14 +103,13 @@ def prune(head_dir: Path, shard_dirs: list[Path], size: int) -> dict:
 
 def report(work: Callable[[], dict]) -> int:
     """Run a vocabulary command's `work` as a CLI: its record as one JSON line and status 0, or one `error:` line on
-    stderr and status 2, the CLI convention of core/cli.py (bad folders, shards and sizes alike)."""
-    try:
-        record = work()
-    except Exception as e:  # noqa: BLE001 - every failure ends as one line and status 2
-        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 2
-    print(json.dumps(record))
-    return 0
+    stderr and status 2, the CLI convention of core/cli.py (bad folders, shards and sizes alike: every failure, since
+    safetensors and torch report a bad file with their own exception types)."""
+    def emit(_argv: list[str] | None) -> int:
+        print(json.dumps(work()))
+        return 0
+
+    return run("", emit, None, errors=(Exception,))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,12 +40,10 @@ def choose(gen: torch.Tensor, counted: torch.Tensor, size: int, keep: torch.Tens
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """--head DIR, one or more --shards DIR, --size N, --keep, --out DIR (usage errors exit 2 with argparse's line)."""
-    p = argparse.ArgumentParser(prog="python -m core.train.revocab", description=__doc__.split("\n\n")[0])
-    p.add_argument("--head", required=True, help="an EAGLE-1/2 head folder (config.json + model.safetensors)")
-    p.add_argument("--shards", action="append", required=True, metavar="DIR",
-                   help="a folder of training shards to count (repeatable)")
-    p.add_argument("--size", type=int, required=True, help="draft vocabulary size to write")
+    """prune's --head DIR, --shards DIR..., --size N, and --keep, --out DIR (a bad flag is one line, exit status 2)."""
+    from core.train.prune import vocab_parser
+
+    p = vocab_parser("python -m core.train.revocab", __doc__.split("\n\n")[0], "draft vocabulary size to write")
     p.add_argument("--keep", action="store_true", help="keep every id of the head's vocabulary and add to it")
     p.add_argument("--out", required=True, help="the folder to write (may be --head itself)")
     return p.parse_args(argv)

@@ -17,10 +17,11 @@ import argparse
 import json
 import random
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Callable
+
+from core.cli import Parser, fail
 
 PREFIX = "Translate German to English: "
 OPENERS = ("Die", "Der", "Das", "Ich", "Wir", "Es", "In der", "Im", "Nach", "Am", "Seit", "Auch", "Bei der", "Ein",
@@ -118,7 +119,7 @@ def write_sources(target, tok, n: int, out: Path, batch: int = 96, new_tokens: i
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m core.train.sources", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m core.train.sources", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None, help="default model, local folder or hub id")
     p.add_argument("--out", required=True, help="prompts file to write (jsonl rows with a 'prompt' field)")
     p.add_argument("--n", type=int, default=1152, help="prompts to write")
@@ -145,8 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     problem = check_args(a)
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
+        return fail("", problem)
     out = Path(a.out)
 
     def write() -> dict:
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def write_once(out: Path, write: Callable[[], dict], errors: tuple[type[Exception], ...] = (ValueError,)) -> int:
     """A prompt writer's command-line tail: nothing to do when `out` exists, else `write()` (which writes `out`) and
-    print its counts as JSON; one of `errors` becomes one line on stderr and exit status 1."""
+    print its counts as JSON; one of `errors` becomes one line on stderr and exit status 2 (core/cli.py)."""
     if out.exists():
         print(f"{out} exists; nothing to do")
         return 0
@@ -168,8 +168,7 @@ def write_once(out: Path, write: Callable[[], dict], errors: tuple[type[Exceptio
     try:
         counts = write()
     except errors as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2  # one line, status 2 (core/cli.py's convention)
+        return fail("", e)  # one line, status 2 (core/cli.py's convention)
     print(json.dumps(counts))
     return 0
 

@@ -21,11 +21,9 @@ forward over the whole sequence instead of one token at a time), which training 
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import lzma
-import sys
 import time
 from pathlib import Path
 
@@ -34,6 +32,8 @@ from safetensors import safe_open
 from safetensors.torch import load as load_bytes
 from safetensors.torch import save as save_bytes
 from safetensors.torch import save_file
+
+from core.cli import Parser, fail
 
 PACKED = "tokens.safetensors.xz"
 CARD = "round.json"
@@ -136,7 +136,7 @@ def rebuild(folder: Path, out: Path, target, taps: tuple[int, ...] = (), limit: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m core.train.tokens", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m core.train.tokens", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     pk = sub.add_parser("pack", help="pack a run's shards into a committed token folder")
     pk.add_argument("shards", type=Path, help="a core.train run's OUT/shards")
@@ -174,8 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             result = rebuild(a.folder, a.out, target, taps, a.shards)
             print(json.dumps({**result, "dtype": str(target.dtype), "taps": list(taps)}, indent=1))
     except (OSError, ValueError, KeyError) as e:
-        print(f"[core.train.tokens] error: {e}", file=sys.stderr)
-        return 2
+        return fail("[core.train.tokens]", e)  # one line, status 2 (core/cli.py)
     return 0
 
 
