@@ -10,7 +10,8 @@
 #   2. the run: round 4's head fine-tuned on every other shard for EPOCHS epochs; the state is saved every 15 minutes
 #      and a rerun resumes it;
 #   3. the card (31 dev-split prompts, 128 tokens, head alone at 16,5,4) for the new head.
-# None of it writes static/heads/: copy runs/q7/head there when its card beats round 4's (one file replaced).
+# None of it writes static/heads/: copy runs/q7/head there when its card beats round 4's (one file replaced), with the
+# card as its training.json "evaluation" (the T=0 τ scripts/gpu_day.py predicts from).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=qwen2.5-coder-0.5b-instruct

@@ -21,12 +21,15 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
-from core.cli import Parser, fail
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a file (python scripts/X.py) as well as a module
+
+from core.cli import Parser, fail  # noqa: E402
+
 HARDWARE = {"zero-gpu": "zero-a10g", "cpu": "cpu-basic"}  # huggingface_hub SpaceHardware ids (ZeroGPU keeps its id)
 SPACES_PIN = "spaces==0.51.3"
 PYTHON_VERSION = "3.12"  # on ZeroGPU's list (3.12.12 / 3.10.13); the app was installed and started under 3.12

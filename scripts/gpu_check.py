@@ -28,9 +28,10 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from core.cli import Parser
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a file (python scripts/X.py) as well as a module
+
+from core.cli import Parser  # noqa: E402
 
 TAU_BAND = 0.10  # device tau within 10 % of the CPU's (same outputs; only draft-score rounding differs)
 REFERENCE = ROOT / "results" / "gpu" / "gpu_check_reference.json"

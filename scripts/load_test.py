@@ -33,9 +33,11 @@ from pathlib import Path
 import httpx
 from gradio_client import Client
 
-from core.cli import Parser
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a file (python scripts/X.py) as well as a module
+
+from core.cli import Parser  # noqa: E402
+
 NORMAL = 8
 NEW_TOKENS = 16
 PROMPTS = ["Once upon a time", "The capital of France is", "def add(a, b):", "1. eggs\n2. milk",
