@@ -12,8 +12,9 @@ runs whichever path timing noise picked. A choices file fixes them:
     EAGLE_CHOICES=run.json python -m core.bench ...   # the same through the environment (any entry point)
 
 The file is JSON: {"dtype", "lm_head", "lazy_rows", "body_onednn_rows", "draft_head", "draft_onednn_rows",
-"medusa_head", "attention", "invariant_rows"}; a key left out is timed (`invariant_rows`: probed,
-core/models/invariance.py; `attention`: the one in force, sdpa or invariant, used when no --attention is given).
+"medusa_head", "attention", "invariant_rows", "pinned_layers"}; a key left out is timed (`invariant_rows` and
+`pinned_layers`, the body layers computed at a fixed row count: probed, core/models/invariance.py and pinned.py;
+`attention`: the one in force, sdpa or invariant, used when no --attention is given).
 Pins apply on CPU only (elsewhere nothing is timed). Every result records the choices in force (`describe`): the
 bench JSON's config, `/run`'s result and the app's info line.
 """
@@ -24,9 +25,11 @@ import os
 from pathlib import Path
 from typing import Callable
 
+from core.models.pinned import pinned_names
+
 ENV = "EAGLE_CHOICES"
 KEYS = ("dtype", "lm_head", "lazy_rows", "body_onednn_rows", "draft_head", "draft_onednn_rows", "medusa_head",
-        "attention", "invariant_rows")
+        "attention", "invariant_rows", "pinned_layers")
 ATTENTIONS = ("sdpa", "invariant")  # the attention in force (core/models/target.py TargetModel.use_attention)
 DTYPES = ("bfloat16", "float32", "float16")
 
@@ -65,6 +68,9 @@ def read(path: Path) -> dict:
         raise ValueError(f"choices file {path}: attention must be one of {', '.join(ATTENTIONS)}")
     if "invariant_rows" in pins and not (type(pins["invariant_rows"]) is int and pins["invariant_rows"] >= 0):
         raise ValueError(f"choices file {path}: invariant_rows must be a row count")
+    if "pinned_layers" in pins and not (isinstance(pins["pinned_layers"], list)
+                                        and all(isinstance(n, str) and n for n in pins["pinned_layers"])):
+        raise ValueError(f"choices file {path}: pinned_layers must be a list of layer names")
     for k in ("body_onednn_rows", "draft_onednn_rows"):
         if k in pins and not (isinstance(pins[k], list) and all(type(r) is int and r > 0 for r in pins[k])):
             raise ValueError(f"choices file {path}: {k} must be a list of row counts")
@@ -110,6 +116,8 @@ def describe(target, drafter=None) -> dict:
            "attention": getattr(target, "attention", None)}
     if out["attention"] == "invariant":  # the start-up probe's answer (core/models/invariance.py)
         out["invariant_rows"] = getattr(target, "exact_rows", 0)
+        decoder = getattr(target, "decoder", None)
+        out["pinned_layers"] = pinned_names(decoder) if decoder is not None else []
     if getattr(target, "attention_note", ""):
         out["attention_note"] = target.attention_note
     if drafter is not None and getattr(drafter, "kind", "") == "medusa":
@@ -139,7 +147,8 @@ def short(d: dict) -> str:
     parts = [f"LM head {d.get('lm_head')}" + (" (rows on demand)" if d.get("lazy_rows") else ""),
              f"body oneDNN at {','.join(map(str, rows))} rows" if rows else "body plain"]
     if d.get("attention") == "invariant":
-        parts.append(f"attention invariant, bit-exact up to {d.get('invariant_rows')} rows")
+        parts.append(f"attention invariant, bit-exact up to {d.get('invariant_rows')} rows"
+                     + (f" ({', '.join(d['pinned_layers'])} at fixed rows)" if d.get("pinned_layers") else ""))
     elif d.get("attention_note"):
         parts.append(d["attention_note"])
     return "kernels: " + " · ".join(parts) + (" · pinned" if d.get("source", "").startswith("pinned") else " · timed")

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 from core.engine import attention, tree
 from core.models import kernels
@@ -69,12 +68,18 @@ def _routed(fn: Callable, rows_won: frozenset[int], packed) -> Callable[[torch.T
 
 
 def linear_shapes(decoder: torch.nn.Module) -> dict[tuple[int, int, bool], tuple[str, torch.nn.Linear]]:
-    """One nn.Linear per (out, in, has bias) in the body: {shape key: (its name, the module)}."""
+    """One nn.Linear per (out, in, has bias) in the body: {shape key: (its name, the module)}. A pinned layer
+    (core/models/pinned.py) is an nn.Linear too: probed through its own forward, it answers for its pinned rows."""
     out: dict = {}
     for name, m in decoder.named_modules():
         if isinstance(m, torch.nn.Linear):
             out.setdefault((m.out_features, m.in_features, m.bias is not None), (name, m))
     return out
+
+
+def _layer_product(target, m: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The layer as a forward runs it (its own forward, inside the route of the forward's row count)."""
+    return _routed(lambda h: m(h), target.onednn_rows, target.packed)
 
 
 def probe_linears(target, limit: int = ROW_LIMIT, seed: int = 0) -> Invariance:
@@ -83,11 +88,23 @@ def probe_linears(target, limit: int = ROW_LIMIT, seed: int = 0) -> Invariance:
     best, broken = limit, ""
     for (o, i, _), (name, m) in linear_shapes(target.decoder).items():
         x = torch.randn(limit, i, generator=gen).to(target.dtype).to(target.device)  # (limit, in)
-        product = _routed(lambda h, m=m: F.linear(h, m.weight, m.bias), target.onednn_rows, target.packed)
-        bad = first_failure(product, x, range(2, best + 1), lambda k: list(range(k)))
+        bad = first_failure(_layer_product(target, m), x, range(2, best + 1), lambda k: list(range(k)))
         if bad is not None:
             best, broken = bad - 1, f"{name.split('.', 2)[-1]} {o}x{i} at {bad} rows"
     return Invariance(best, broken)
+
+
+def variant_layers(target, limit: int, seed: int = 0) -> dict[str, int]:
+    """{layer-name suffix (e.g. "mlp.down_proj"): the first row count at which it differs} for every body linear
+    shape that is not row-invariant up to `limit` rows here: the layers core/models/pinned.py pins."""
+    gen = torch.Generator().manual_seed(seed)
+    found: dict[str, int] = {}
+    for (o, i, _), (name, m) in linear_shapes(target.decoder).items():
+        x = torch.randn(limit, i, generator=gen).to(target.dtype).to(target.device)  # (limit, in)
+        bad = first_failure(_layer_product(target, m), x, range(2, limit + 1), lambda k: list(range(k)))
+        if bad is not None:
+            found[name.split(".", 2)[-1] if name.startswith("layers.") else name] = bad
+    return found
 
 
 def probe_head(target, limit: int, seed: int = 1) -> Invariance:

@@ -15,7 +15,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Cache, PreTrainedModel
 
 from core.models import choices
-from core.models import invariance, kernels
+from core.models import invariance, kernels, pinned
 from core.engine import attention, kv_cache
 from core.models.presets import get_preset
 from core.engine.tree_logits import TreeLogits
@@ -86,18 +86,21 @@ class TargetModel:
         self.packed.discard(keep=lambda w: head_kept if w is head_w else bool(self.onednn_rows))
         return self
 
-    def use_attention(self, mode: str = "sdpa", pinned_rows: int | None = None) -> "TargetModel":
+    def use_attention(self, mode: str = "sdpa", pinned_rows: int | None = None,
+                      pinned_layers: list[str] | None = None) -> "TargetModel":
         """Select the attention: "sdpa" (transformers' SDPA, today's behaviour), "invariant" (the row-invariant
         attention, core/engine/attention.py; ValueError where this model's family is not supported) or "auto" (the
-        invariant one where supported, else SDPA). With the invariant attention the start-up probe
-        (core/models/invariance.py; `pinned_rows` instead when a choices file pinned it) finds up to how many rows a
-        verify reproduces one-token steps here: `exact_rows`. Where the kernels are invariant at fewer than 2 rows
-        ("auto": fewer than AUTO_MIN_ROWS, the engine's default tree) the target falls back to SDPA and
-        `attention_note` says which kernel. Run after `accelerate()`: the probe uses
-        the kernel routes it chose. Returns the target."""
+        invariant one where supported, else SDPA). With the invariant attention, body layers whose kernel rounds a
+        row differently with the row count (core/models/invariance.py `variant_layers`; `pinned_layers` instead when
+        a choices file pinned them) are computed at a fixed row count (core/models/pinned.py), then the start-up
+        probe (`pinned_rows` instead when pinned) finds up to how many rows a verify reproduces one-token steps here:
+        `exact_rows`. Where that is fewer than 2 rows ("auto": fewer than AUTO_MIN_ROWS, the engine's default tree)
+        the target falls back to SDPA, unpinned, and `attention_note` says which kernel. Run after `accelerate()`:
+        the probes use the kernel routes it chose. Returns the target."""
         if mode not in ATTENTION_MODES:
             raise ValueError(f"attention must be one of {', '.join(ATTENTION_MODES)}, got {mode!r}")
         self.model.set_attn_implementation("sdpa")
+        pinned.unpin(self.decoder)
         self.attention, self.exact_rows, self.attention_note = "sdpa", 0, ""
         family = getattr(self.config, "model_type", "")
         if mode == "sdpa":
@@ -109,13 +112,18 @@ class TargetModel:
             self.attention_note = f"invariant attention not available for {family!r}: SDPA"
             return self
         self.model.set_attn_implementation(attention.register())
+        layers = pinned_layers if pinned_layers is not None else (
+            [] if pinned_rows is not None else list(invariance.variant_layers(self, pinned.PIN_ROWS)))
+        pinned.pin(self.decoder, layers)
         found = invariance.Invariance(pinned_rows) if pinned_rows is not None else invariance.probe(self)
         if found.rows < (AUTO_MIN_ROWS if mode == "auto" else 2):
             self.model.set_attn_implementation("sdpa")
+            pinned.unpin(self.decoder)
             self.attention_note = f"kernels not row-invariant here past {found.rows} rows ({found.broken}): SDPA"
             return self
         self.attention, self.exact_rows = "invariant", found.rows
-        self.attention_note = found.describe()
+        self.attention_note = found.describe() + (
+            f"; {', '.join(layers)} pinned at {pinned.PIN_ROWS} rows" if layers else "")
         return self
 
     def _time_lm_head(self) -> tuple[str, bool]:
@@ -354,6 +362,6 @@ def load_target(
     model.eval()
     tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     target = TargetModel(model, name=name or DEFAULT_MODEL).accelerate()  # the acceleration step (CPU)
-    target.use_attention(attention_mode(attention), choices.pinned("invariant_rows"))
+    target.use_attention(attention_mode(attention), choices.pinned("invariant_rows"), choices.pinned("pinned_layers"))
     target.dtype_timing = timing
     return target, tok

@@ -27,7 +27,7 @@ from core.engine.config import DecodeConfig, TreeConfig
 from core.engine.contract import bit_exact, chain_room
 from core.engine.eagle import Eagle2Decoder
 from core.engine.events import StepEvent, run_bit_exact, summarize
-from core.models import choices, invariance
+from core.models import choices, invariance, pinned
 from core.models.target import TargetModel
 
 FAMILIES = ("qwen2", "llama", "gemma3")
@@ -195,9 +195,9 @@ def test_the_row_grouping_belongs_to_the_forward_that_made_it():
 
 
 def test_probe_names_a_kernel_that_is_not_row_invariant_and_the_target_falls_back(monkeypatch):
-    """A linear kernel that changes its result from 5 rows on: the probe answers 4 rows and names it; "invariant"
-    keeps 4 exact rows, "auto" (which needs the default tree's 16) runs SDPA and says why; from 2 rows on both fall
-    back."""
+    """A linear kernel that changes its result from 5 rows on: the probe answers 4 rows and names it; the body's
+    layers are then pinned (core/models/pinned.py) but the LM head's product drifts too, so "invariant" keeps 4
+    exact rows, "auto" (which needs the default tree's 16) runs SDPA and says why; from 2 rows on both fall back."""
     for broken_from, rows in ((5, 4), (2, 1)):
         class Drifts(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -210,11 +210,12 @@ def test_probe_names_a_kernel_that_is_not_row_invariant_and_the_target_falls_bac
         tgt = TargetModel(real_shaped("llama"))
         found = invariance.probe_linears(tgt)
         assert found.rows == rows and f"at {broken_from} rows" in found.broken and "proj" in found.broken
-        tgt.use_attention("invariant")
+        tgt.use_attention("invariant")  # the body's layers get pinned; the LM head (never pinned) still drifts
         assert (tgt.attention, tgt.exact_rows) == (("invariant", rows) if rows >= 2 else ("sdpa", 0))
         tgt.use_attention("auto")
         assert (tgt.attention, tgt.exact_rows) == ("sdpa", 0) and tgt.model.config._attn_implementation == "sdpa"
-        assert f"past {rows} rows" in tgt.attention_note and "proj" in tgt.attention_note
+        assert f"past {rows} rows" in tgt.attention_note and "LM head" in tgt.attention_note
+        assert pinned.pinned_names(tgt.decoder) == []  # a fallback to SDPA computes as before
 
 
 def test_unsupported_family_and_pinned_rows():
@@ -259,3 +260,79 @@ def test_a_choices_file_pins_the_attention(tmp_path):
     path.write_text('{"invariant_rows": -1}')
     with pytest.raises(ValueError, match="invariant_rows"):
         choices.read(path)
+
+
+def test_a_pinned_layer_rounds_every_row_as_in_one_fixed_product():
+    """PinnedLinear (core/models/pinned.py): each of up to `rows` rows equals that row computed alone at the pinned
+    width, wherever it sits and whatever sits beside it; wider calls are plain linear(); the swap keeps the
+    Parameters and the state_dict, and unpin puts the original module back."""
+    torch.manual_seed(0)
+    model = real_shaped("qwen2")
+    decoder = model.model
+    before = {k: v.data_ptr() for k, v in decoder.state_dict().items()}
+    names = pinned.pin(decoder, ["mlp.down_proj"], rows=8)
+    assert names == ["layers.0.mlp.down_proj", "layers.1.mlp.down_proj"]
+    assert {k: v.data_ptr() for k, v in decoder.state_dict().items()} == before
+    layer = decoder.layers[0].mlp.down_proj
+    assert isinstance(layer, pinned.PinnedLinear) and pinned.pinned_names(decoder) == ["mlp.down_proj"]
+    x = torch.randn(12, layer.in_features).to(torch.bfloat16)
+    alone = [layer(x[r:r + 1])[0] for r in range(12)]
+    for m in (1, 2, 5, 8):
+        out = layer(x[:m][None])  # (1, m, out): the batch dimension is kept
+        assert out.shape == (1, m, layer.out_features)
+        assert all(torch.equal(out[0, r], alone[r]) for r in range(m))
+    assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))  # 12 > 8 rows: as before
+    assert pinned.unpin(decoder) == 2 and type(decoder.layers[0].mlp.down_proj) is torch.nn.Linear
+    assert pinned.pinned_names(decoder) == []
+
+
+class DownProjDrifts(TorchFunctionMode):
+    """A linear kernel like the default model's down_proj on an AVX-512 EPYC: through F.linear, a product over the
+    MLP's width rounds differently when it computes more than one row."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is F.linear and args[1].shape[1] == SHAPE["intermediate_size"] and args[0].reshape(
+                -1, args[0].shape[-1]).shape[0] > 1:
+            out = out + 0.25
+        return out
+
+
+def test_a_layer_that_is_not_row_invariant_is_pinned_and_verifies_stay_bit_exact(monkeypatch):
+    """The probe finds the drifting down_proj, the target pins it, and a tree verify's logits equal the one-token
+    steps' bit for bit with the drift in force; with the pin taken away the same verify differs (so the pin, not
+    luck, makes it exact). The choices record names the pinned layer."""
+    monkeypatch.setattr("core.models.kernels.linear_route", lambda *a, **k: DownProjDrifts())
+    tgt = TargetModel(real_shaped("qwen2"), name="drifting")
+    assert invariance.variant_layers(tgt, pinned.PIN_ROWS) == {"mlp.down_proj": 2}
+    tgt.use_attention("invariant")
+    if tgt.attention != "invariant":  # another kernel of this processor is not invariant either: said so
+        assert "not row-invariant" in tgt.attention_note and pinned.pinned_names(tgt.decoder) == []
+        return
+    assert pinned.pinned_names(tgt.decoder) == ["mlp.down_proj"] and tgt.exact_rows >= 2
+    assert "mlp.down_proj pinned" in tgt.attention_note
+    d = choices.describe(tgt)
+    assert d["pinned_layers"] == ["mlp.down_proj"] and "mlp.down_proj at fixed rows" in choices.short(d)
+    gen = torch.Generator().manual_seed(3)
+    prefix = torch.randint(0, 512, (30,), generator=gen).tolist()
+    n = min(12, tgt.exact_rows)
+    parents = random_tree(n, seed=1)
+    tokens = torch.randint(0, 512, (n,), generator=gen).tolist()
+    verify, steps = tree_and_steps(tgt, prefix, parents, tokens)
+    assert all(torch.equal(verify[i], steps[i]) for i in range(n))
+    pinned.unpin(tgt.decoder)
+    verify, steps = tree_and_steps(tgt, prefix, parents, tokens)
+    assert not all(torch.equal(verify[i], steps[i]) for i in range(n))
+
+
+def test_a_choices_file_pins_the_pinned_layers(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text('{"attention": "invariant", "invariant_rows": 24, "pinned_layers": ["mlp.down_proj"]}')
+    assert choices.read(path)["pinned_layers"] == ["mlp.down_proj"]
+    path.write_text('{"pinned_layers": "mlp.down_proj"}')
+    with pytest.raises(ValueError, match="pinned_layers"):
+        choices.read(path)
+    tgt = TargetModel(real_shaped("llama")).use_attention("invariant", pinned_rows=16, pinned_layers=["mlp.down_proj"])
+    assert pinned.pinned_names(tgt.decoder) == ["mlp.down_proj"] and tgt.exact_rows == 16  # no probe ran
+    tgt.use_attention("sdpa")
+    assert pinned.pinned_names(tgt.decoder) == []  # SDPA computes as before: nothing pinned
