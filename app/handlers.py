@@ -449,7 +449,8 @@ class Playground:
         dtype = self.dtype_of(bundle)
         badge = identical_badge(record.ids("baseline"), record.ids("eagle"), record.greedy,
                                 complete=done["baseline"] and done["eagle"],
-                                divergence=self._divergence(record, dtype), dtype=short_name(dtype))
+                                divergence=self._divergence(record, dtype), dtype=short_name(dtype),
+                                bit_exact=stats["baseline"].bit_exact and stats["eagle"].bit_exact)
         label = lane_title(record.compare_kind)
         view["stats"] = stats_html(stats["baseline"], stats["eagle"], badge, stats.get("compare"), label)
         if charts:

@@ -187,20 +187,28 @@ def panel_meta(stats: RunStats, running: bool, finished: bool) -> list[str]:
 
 
 def identical_badge(base_ids: Sequence[int], eagle_ids: Sequence[int], greedy: bool, complete: bool,
-                    divergence: Divergence | None = None, dtype: str = "fp32") -> str:
+                    divergence: Divergence | None = None, dtype: str = "fp32", bit_exact: bool | None = None) -> str:
     """Losslessness check shown at temperature 0: are the two outputs the same token ids? When they part ways,
     `divergence` (core/engine/exactness.py, from the margins the decoders recorded) says whether a numerical near tie
-    explains it."""
+    explains it. `bit_exact` (both runs' RunStats.bit_exact: every forward inside the rows the start-up probe found
+    row-invariant, docs/trust.md §6): identical outputs are then identical by construction, said so, and a
+    divergence is a mismatch, never a near tie, since no rounding differed."""
     if not greedy:
         return ('<span class="badge neutral">sampling (T &gt; 0): the seed fixes each output; the two methods draw '
                 "differently but from the target's own distribution</span>")
     n = min(len(base_ids), len(eagle_ids))
     first_diff = next((i for i in range(n) if base_ids[i] != eagle_ids[i]), None)
     if first_diff is not None:
+        if bit_exact:
+            return (f'<span class="badge bad">✗ outputs differ at token {first_diff + 1} in a bit-exact {dtype} run: '
+                    "rounding cannot explain it (a bug; please report the prompt and settings)</span>")
         return divergence_badge(divergence, dtype) if divergence else (
             f'<span class="badge bad">✗ outputs differ at token {first_diff + 1}</span>')
     if complete and len(base_ids) == len(eagle_ids):
-        return f'<span class="badge good">✓ token-identical ({n} tokens)</span>'
+        exact = (f", bit-exact in {dtype}" if bit_exact else "")
+        tip = (' title="every tree verify computed each row exactly as the one-token step of plain decoding does '
+               '(row-invariant attention and kernels, docs/trust.md §6)"' if bit_exact else "")
+        return f'<span class="badge good"{tip}>✓ token-identical{exact} ({n} tokens)</span>'
     return f'<span class="badge neutral">identical so far ({n} tokens compared)</span>'
 
 

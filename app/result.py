@@ -2,7 +2,8 @@
 writes and what `/run` answers (`api_result()` spells the same facts out under /run's documented keys).
 
 Per lane (app/lanes.py: keyed by method) the text, the token ids, the statistics with vLLM's names beside ours and
-the speedup over the baseline; for the run the identity check, where greedy outputs part ways, the speedup and the
+the speedup over the baseline; for the run the identity check, whether both lanes ran bit-exact in their dtype
+(`bit_exact`: every forward inside the rows the start-up probe found row-invariant, docs/trust.md §6), where greedy outputs part ways, the speedup and the
 "why this speedup" arithmetic of every drafting lane (app/why.py). Pure: no gradio, no tensors.
 """
 from __future__ import annotations
@@ -55,6 +56,7 @@ def run_result(record, texts: Mapping[str, str], dtype, profile: dict[int, float
     result = {"model": record.model, "head": record.choice.head_name, "prompt": record.prompt,
               "settings": dict(record.settings),
               "greedy": record.greedy, "identical": record.ids(BASELINE.slot) == record.ids(EAGLE.slot),
+              "bit_exact": bool(base.bit_exact and stats[EAGLE.slot].bit_exact),
               "divergence": divergence(record, dtype), "note": record.note,
               "stopped": not all(record.finished(slot) for slot in record.lanes),
               "speedup": lanes[EAGLE.method]["speedup"], "tau": stats[EAGLE.slot].tau, "lanes": lanes,
@@ -71,7 +73,8 @@ def api_result(result: dict, compare: str) -> dict:
     b, e = lanes[BASELINE.method], lanes[EAGLE.method]
     out = {"lanes": list(lanes), "model": result["model"], "head": result["head"], "baseline_text": b["text"],
            "eagle_text": e["text"],
-           "identical": result["identical"], "divergence": result["divergence"], "greedy": result["greedy"],
+           "identical": result["identical"], "bit_exact": result.get("bit_exact", False),
+           "divergence": result["divergence"], "greedy": result["greedy"],
            "baseline_token_ids": b["token_ids"], "eagle_token_ids": e["token_ids"],
            "baseline": b["stats"], "eagle": e["stats"], "speedup": result["speedup"],
            "tree": {k: result["settings"][k] for k in TREE_KEYS}, "note": result["note"], "why": result["why"]}

@@ -154,6 +154,21 @@ def test_identical_badge():
     assert "sampling" in identical_badge([1], [2], greedy=False, complete=True)
 
 
+def test_a_bit_exact_run_says_so_and_never_calls_a_divergence_a_near_tie():
+    """Both runs bit-exact (docs/trust.md §6): identical outputs say "bit-exact in bf16"; a divergence is a bug, even
+    where the margins would have made it a near tie in an ordinary run."""
+    from core.engine.exactness import classify
+
+    html = identical_badge([1, 2, 3], [1, 2, 3], greedy=True, complete=True, dtype="bf16", bit_exact=True)
+    assert "token-identical, bit-exact in bf16 (3 tokens)" in html and "row-invariant" in html
+    assert "bit-exact" not in identical_badge([1, 2], [1, 2], greedy=True, complete=True, dtype="bf16",
+                                              bit_exact=False)
+    base, other = [1, 2, 3, 4], [1, 2, 9, 4]
+    tie = classify(base, other, [1, 1, 0.125, 1], [1, 1, 0.5, 1], [20.0] * 4, [20.0] * 4, "bfloat16")
+    html = identical_badge(base, other, greedy=True, complete=True, divergence=tie, dtype="bf16", bit_exact=True)
+    assert "badge bad" in html and "bit-exact bf16 run" in html and "near tie" not in html
+
+
 def test_stats_html_reports_speedup_tau_and_split():
     b = summarize(baseline_events("Hello world!", ms=10))
     e = summarize(eagle_events("Hello world!", plan=[2, 3, 0], ms=12))
