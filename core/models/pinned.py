@@ -3,8 +3,8 @@ together is always computed at one fixed row count, so a one-token step and a tr
 
 Why: in bf16 on an AMD EPYC with AVX-512 BF16 the default model's `mlp.down_proj` (4864 -> 896) gives a different
 row 0 for 2 rows than for 1 (its reduction over 4,864 inputs changes grouping with the row count), while at a fixed
-row count each output row depends only on its own input row, wherever it sits (results/kernels/pinned_rows_*.json,
-`python -m scripts.probes.pinned_rows`). The start-up probe (core/models/invariance.py) finds such layers; the target
+row count each output row depends only on its own input row, wherever it sits (docs/trust.md §6, "Pinned
+layers"). The start-up probe (core/models/invariance.py) finds such layers; the target
 (core/models/target.py `use_attention`) swaps them for `PinnedLinear`, which pads every call of up to `rows` rows with
 zero rows to exactly `rows` and computes it with one plain `torch.mm`, outside the body's oneDNN route
 (core/models/kernels.py `OneDNNLinear` intercepts F.linear only), so the route chosen for the forward's row count
