@@ -28,6 +28,7 @@ import torch
 
 from core.engine import attention, tree
 from core.models import kernels
+from core.models.pinned import layer_suffix
 
 ROW_LIMIT = attention.ROW_LIMIT  # the widest verify probed (the widest the invariant attention computes itself)
 HEAD_ROWS = (2, 3, 4, 8, 12, 16, 24, 32, 48, 64)  # LM-head and attention sizes probed (autotree's sizes and a few)
@@ -67,13 +68,18 @@ def _routed(fn: Callable, rows_won: frozenset[int], packed) -> Callable[[torch.T
     return run
 
 
-def linear_shapes(decoder: torch.nn.Module) -> dict[tuple[int, int, bool], tuple[str, torch.nn.Linear]]:
-    """One nn.Linear per (out, in, has bias) in the body: {shape key: (its name, the module)}. A pinned layer
-    (core/models/pinned.py) is an nn.Linear too: probed through its own forward, it answers for its pinned rows."""
+def linear_kinds(decoder: torch.nn.Module) -> dict[tuple[int, int, bool, int], tuple[list[str], torch.nn.Linear]]:
+    """The body's nn.Linear layers grouped by how a forward computes them: {(out, in, has bias, pinned rows or 0):
+    (the name suffixes of every layer of that kind, one module of it)}. Layers of one kind run the same kernel
+    whatever their weights, so one module answers for all; a pinned layer (core/models/pinned.py) is its own kind,
+    probed through its own forward, and a plain layer of the same shape is probed beside it."""
     out: dict = {}
     for name, m in decoder.named_modules():
         if isinstance(m, torch.nn.Linear):
-            out.setdefault((m.out_features, m.in_features, m.bias is not None), (name, m))
+            key = (m.out_features, m.in_features, m.bias is not None, getattr(m, "rows", 0))
+            names, first = out.setdefault(key, ([], m))
+            if layer_suffix(name) not in names:
+                names.append(layer_suffix(name))
     return out
 
 
@@ -83,27 +89,30 @@ def _layer_product(target, m: torch.nn.Module) -> Callable[[torch.Tensor], torch
 
 
 def probe_linears(target, limit: int = ROW_LIMIT, seed: int = 0) -> Invariance:
-    """Every body linear shape of `target` (a TargetModel), rows 2..limit, every row compared."""
+    """Every kind of body linear layer of `target` (a TargetModel), rows 2..limit, every row compared."""
     gen = torch.Generator().manual_seed(seed)
     best, broken = limit, ""
-    for (o, i, _), (name, m) in linear_shapes(target.decoder).items():
+    for (o, i, _, _), (names, m) in linear_kinds(target.decoder).items():
         x = torch.randn(limit, i, generator=gen).to(target.dtype).to(target.device)  # (limit, in)
         bad = first_failure(_layer_product(target, m), x, range(2, best + 1), lambda k: list(range(k)))
         if bad is not None:
-            best, broken = bad - 1, f"{name.split('.', 2)[-1]} {o}x{i} at {bad} rows"
+            best, broken = bad - 1, f"{names[0]} {o}x{i} at {bad} rows"
     return Invariance(best, broken)
 
 
 def variant_layers(target, limit: int, seed: int = 0) -> dict[str, int]:
-    """{layer-name suffix (e.g. "mlp.down_proj"): the first row count at which it differs} for every body linear
-    shape that is not row-invariant up to `limit` rows here: the layers core/models/pinned.py pins."""
+    """{layer-name suffix (e.g. "mlp.down_proj"): the first row count at which its kind differs} for every body
+    linear layer, every layer of a drifting shape included, that is not row-invariant up to `limit` rows here: the
+    layers core/models/pinned.py pins."""
     gen = torch.Generator().manual_seed(seed)
     found: dict[str, int] = {}
-    for (o, i, _), (name, m) in linear_shapes(target.decoder).items():
+    for (o, i, _, rows), (names, m) in linear_kinds(target.decoder).items():
+        if rows:
+            continue  # already pinned
         x = torch.randn(limit, i, generator=gen).to(target.dtype).to(target.device)  # (limit, in)
         bad = first_failure(_layer_product(target, m), x, range(2, limit + 1), lambda k: list(range(k)))
         if bad is not None:
-            found[name.split(".", 2)[-1] if name.startswith("layers.") else name] = bad
+            found |= {n: bad for n in names}
     return found
 
 

@@ -17,10 +17,19 @@ modules back.
 """
 from __future__ import annotations
 
+import re
+
 import torch
 import torch.nn.functional as F
 
 PIN_ROWS = 32  # rows a pinned layer always computes: the engine's default tree (16) plus its context-lookup chain
+
+
+def layer_suffix(name: str) -> str:
+    """A body layer's name without its decoder-layer prefix: "layers.3.mlp.down_proj" (or, under a wrapper,
+    "language_model.layers.3.mlp.down_proj") -> "mlp.down_proj"; other names as they are."""
+    m = re.search(r"(?:^|\.)layers\.\d+\.(.+)$", name)
+    return m.group(1) if m else name
 
 
 class PinnedLinear(torch.nn.Linear):
@@ -44,9 +53,9 @@ class PinnedLinear(torch.nn.Linear):
             return F.linear(x, self.weight, self.bias)
         padded = flat.new_zeros(self.rows, self.in_features)  # (rows, in): zero rows do not touch the others
         padded[:m] = flat
-        out = torch.mm(padded, self.weight.t())[:m]  # (M, out); torch.mm, not F.linear: no route intercepts it
-        if self.bias is not None:
-            out = out + self.bias
+        # torch.mm / addmm, not F.linear: no route intercepts them; addmm adds the bias before its one rounding
+        out = (torch.mm(padded, self.weight.t()) if self.bias is None
+               else torch.addmm(self.bias, padded, self.weight.t()))[:m]  # (M, out)
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
@@ -55,14 +64,21 @@ class PinnedLinear(torch.nn.Linear):
 
 def pin(decoder: torch.nn.Module, suffixes: list[str] | tuple[str, ...], rows: int = PIN_ROWS) -> list[str]:
     """Swap every nn.Linear of `decoder` whose name ends with one of `suffixes` (e.g. "mlp.down_proj") for a
-    PinnedLinear of `rows` rows; returns the names swapped. Already pinned layers are re-pinned at `rows`."""
+    PinnedLinear of `rows` rows; returns the names swapped. Earlier pins are undone first. ValueError for a suffix
+    that names no layer (a choices file written for another model)."""
     unpin(decoder)
-    done = []
+    done, used = [], set()
     for name, module in list(decoder.named_modules()):
-        if type(module) is torch.nn.Linear and any(name == s or name.endswith("." + s) for s in suffixes):
+        hit = [s for s in suffixes if name == s or name.endswith("." + s)]
+        if type(module) is torch.nn.Linear and hit:
             parent_name, _, child = name.rpartition(".")
             setattr(decoder.get_submodule(parent_name) if parent_name else decoder, child, PinnedLinear(module, rows))
             done.append(name)
+            used.update(hit)
+    missing = [s for s in suffixes if s not in used]
+    if missing:
+        unpin(decoder)
+        raise ValueError(f"pinned layers {', '.join(missing)}: no such linear layer in this model")
     return done
 
 
@@ -82,7 +98,7 @@ def pinned_names(decoder: torch.nn.Module) -> list[str]:
     out: list[str] = []
     for name, module in decoder.named_modules():
         if isinstance(module, PinnedLinear):
-            suffix = name.split(".", 2)[-1] if name.startswith("layers.") else name
+            suffix = layer_suffix(name)
             if suffix not in out:
                 out.append(suffix)
     return out

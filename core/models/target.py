@@ -91,10 +91,11 @@ class TargetModel:
         """Select the attention: "sdpa" (transformers' SDPA, today's behaviour), "invariant" (the row-invariant
         attention, core/engine/attention.py; ValueError where this model's family is not supported) or "auto" (the
         invariant one where supported, else SDPA). With the invariant attention, body layers whose kernel rounds a
-        row differently with the row count (core/models/invariance.py `variant_layers`; `pinned_layers` instead when
-        a choices file pinned them) are computed at a fixed row count (core/models/pinned.py), then the start-up
-        probe (`pinned_rows` instead when pinned) finds up to how many rows a verify reproduces one-token steps here:
-        `exact_rows`. Where that is fewer than 2 rows ("auto": fewer than AUTO_MIN_ROWS, the engine's default tree)
+        row differently with the row count (core/models/invariance.py `variant_layers`, every layer of a drifting
+        shape; `pinned_layers` instead when a choices file pinned them) are computed at a fixed row count
+        (core/models/pinned.py), then the start-up probe (`pinned_rows` instead when pinned) finds up to how many
+        rows a verify reproduces one-token steps here: `exact_rows`, at most the pinned width when a layer is
+        pinned. Where that is fewer than 2 rows ("auto": fewer than AUTO_MIN_ROWS, the engine's default tree)
         the target falls back to SDPA, unpinned, and `attention_note` says which kernel. Run after `accelerate()`:
         the probes use the kernel routes it chose. Returns the target."""
         if mode not in ATTENTION_MODES:
@@ -112,10 +113,12 @@ class TargetModel:
             self.attention_note = f"invariant attention not available for {family!r}: SDPA"
             return self
         self.model.set_attn_implementation(attention.register())
-        layers = pinned_layers if pinned_layers is not None else (
-            [] if pinned_rows is not None else list(invariance.variant_layers(self, pinned.PIN_ROWS)))
+        layers = pinned_layers if pinned_layers is not None else list(invariance.variant_layers(self, pinned.PIN_ROWS))
         pinned.pin(self.decoder, layers)
+        layers = pinned.pinned_names(self.decoder)
         found = invariance.Invariance(pinned_rows) if pinned_rows is not None else invariance.probe(self)
+        if layers and found.rows > pinned.PIN_ROWS:  # exact by construction only up to the pinned width
+            found = invariance.Invariance(pinned.PIN_ROWS)
         if found.rows < (AUTO_MIN_ROWS if mode == "auto" else 2):
             self.model.set_attn_implementation("sdpa")
             pinned.unpin(self.decoder)

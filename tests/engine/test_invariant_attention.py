@@ -195,8 +195,8 @@ def test_the_row_grouping_belongs_to_the_forward_that_made_it():
 
 
 def test_probe_names_a_kernel_that_is_not_row_invariant_and_the_target_falls_back(monkeypatch):
-    """A linear kernel that changes its result from 5 rows on: the probe answers 4 rows and names it; the body's
-    layers are then pinned (core/models/pinned.py) but the LM head's product drifts too, so "invariant" keeps 4
+    """A linear kernel that changes its result from 5 rows on: the probe answers 4 rows and names it; every body
+    layer is then pinned (core/models/pinned.py) but the LM head's product drifts too, so "invariant" keeps 4
     exact rows, "auto" (which needs the default tree's 16) runs SDPA and says why; from 2 rows on both fall back."""
     for broken_from, rows in ((5, 4), (2, 1)):
         class Drifts(TorchFunctionMode):
@@ -284,6 +284,15 @@ def test_a_pinned_layer_rounds_every_row_as_in_one_fixed_product():
     assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))  # 12 > 8 rows: as before
     assert pinned.unpin(decoder) == 2 and type(decoder.layers[0].mlp.down_proj) is torch.nn.Linear
     assert pinned.pinned_names(decoder) == []
+    pinned.pin(decoder, ["self_attn.q_proj"], rows=8)  # Qwen2's q_proj has a bias: added inside the one product
+    q = decoder.layers[1].self_attn.q_proj
+    assert q.bias is not None and pinned.pinned_names(decoder) == ["self_attn.q_proj"]
+    xq = torch.randn(8, q.in_features).to(torch.bfloat16)
+    assert all(torch.equal(q(xq[:m])[r], q(xq[r:r + 1])[0]) for m in (2, 8) for r in range(m))
+    with pytest.raises(ValueError, match="no such linear layer"):
+        pinned.pin(decoder, ["mlp.down_proj", "mlp.no_such_proj"])
+    assert pinned.pinned_names(decoder) == []  # a refused pin leaves nothing half-pinned
+    assert pinned.layer_suffix("language_model.layers.12.mlp.down_proj") == "mlp.down_proj"
 
 
 class DownProjDrifts(TorchFunctionMode):
@@ -336,3 +345,45 @@ def test_a_choices_file_pins_the_pinned_layers(tmp_path):
     assert pinned.pinned_names(tgt.decoder) == ["mlp.down_proj"] and tgt.exact_rows == 16  # no probe ran
     tgt.use_attention("sdpa")
     assert pinned.pinned_names(tgt.decoder) == []  # SDPA computes as before: nothing pinned
+
+
+class SquareDrifts(TorchFunctionMode):
+    """A kernel that drifts on every hidden x hidden product (Llama's q_proj and o_proj share that shape)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is F.linear and tuple(args[1].shape) == (SHAPE["hidden_size"], SHAPE["hidden_size"]) and args[
+                0].reshape(-1, args[0].shape[-1]).shape[0] > 1:
+            out = out + 0.25
+        return out
+
+
+def test_every_layer_of_a_drifting_shape_is_pinned_and_trees_up_to_the_pinned_width_stay_exact(monkeypatch):
+    """Layers that share a drifting shape (q_proj and o_proj) are all pinned, not only the first the probe met;
+    exactness is claimed up to the pinned width and holds for a tree that wide."""
+    monkeypatch.setattr("core.models.kernels.linear_route", lambda *a, **k: SquareDrifts())
+    tgt = TargetModel(real_shaped("llama"), name="square-drift")
+    assert set(invariance.variant_layers(tgt, pinned.PIN_ROWS)) == {"self_attn.q_proj", "self_attn.o_proj"}
+    tgt.use_attention("invariant")
+    if tgt.attention != "invariant":
+        assert "not row-invariant" in tgt.attention_note
+        return
+    assert set(pinned.pinned_names(tgt.decoder)) == {"self_attn.q_proj", "self_attn.o_proj"}
+    assert 2 <= tgt.exact_rows <= pinned.PIN_ROWS
+    gen = torch.Generator().manual_seed(5)
+    prefix = torch.randint(0, 512, (20,), generator=gen).tolist()
+    n = tgt.exact_rows
+    parents = random_tree(n, seed=n)
+    tokens = torch.randint(0, 512, (n,), generator=gen).tolist()
+    verify, steps = tree_and_steps(tgt, prefix, parents, tokens)
+    assert all(torch.equal(verify[i], steps[i]) for i in range(n))
+
+
+def test_pinned_rows_without_pinned_layers_still_finds_the_layers_to_pin(monkeypatch):
+    """A choices file that pins invariant_rows but predates pinned_layers: the drifting layers are still found and
+    pinned (pinning is what makes the pinned rows true)."""
+    monkeypatch.setattr("core.models.kernels.linear_route", lambda *a, **k: DownProjDrifts())
+    tgt = TargetModel(real_shaped("qwen2")).use_attention("invariant", pinned_rows=16)
+    assert pinned.pinned_names(tgt.decoder) == ["mlp.down_proj"] and tgt.exact_rows == 16
+    with pytest.raises(ValueError, match="no such linear layer"):
+        TargetModel(real_shaped("qwen2")).use_attention("invariant", pinned_rows=16, pinned_layers=["mlp.c_proj"])
