@@ -77,7 +77,7 @@ def linear_kinds(decoder: torch.nn.Module) -> dict[tuple[int, int, bool, int], t
     for name, m in decoder.named_modules():
         if isinstance(m, torch.nn.Linear):
             key = (m.out_features, m.in_features, m.bias is not None, getattr(m, "rows", 0))
-            names, first = out.setdefault(key, ([], m))
+            names, _ = out.setdefault(key, ([], m))
             if layer_suffix(name) not in names:
                 names.append(layer_suffix(name))
     return out
