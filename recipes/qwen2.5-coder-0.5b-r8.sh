@@ -4,9 +4,10 @@
 # trained on every chat answer there is, one optimizer and one schedule (docs/training.md, "Round 8").
 #   0. rebuild round 7's shards and round 5's first two (held out) from their committed token ids when runs/ lacks
 #      them (one teacher-forced forward each);
-#   1. more of round 7's planned batches (chat turns of prompts.jsonl, up to R7_SHARDS of 40), then round 8's:
+#   1. more of round 7's planned batches (chat turns of prompts.jsonl, up to R7_SHARDS of 40,
+#      default 36: 32 were generated in round 7), then round 8's:
 #      the target's answers to GSM8K's training questions (prompts.jsonl's gsm8k_train rows, never its test set),
-#      R8_SHARDS batches of 96; both packed as token ids into data/tokens/ (the data survives the machine);
+#      R8_SHARDS batches of 96 (default 5); both packed as token ids into data/tokens/ (the data survives the machine);
 #   2. shards 0-1 of rounds 5 and 7 and shard 0 of round 8 are held out (the curve); the run: the shipped head
 #      fine-tuned on every other shard of rounds 7 and 8 for EPOCHS epochs at peak lr LR (the state is saved every 15
 #      minutes and a rerun resumes it);
@@ -20,8 +21,6 @@ DATA="${DATA:-../shared/data}"
 MODEL=qwen2.5-coder-0.5b-instruct
 R7=data/tokens/$MODEL/r7
 R8=data/tokens/$MODEL/r8
-R7_SHARDS=${R7_SHARDS:-36}  # of round 7's 40 planned batches (32 were generated before this round)
-R8_SHARDS=${R8_SHARDS:-5}
 if [ ! -d runs/q5-data/shards ] || [ "$(ls runs/q5-data/shards | wc -l)" -lt 2 ]; then
   python -m core.train.tokens rebuild data/tokens/$MODEL/r5 --out runs/q5-data/shards --shards 2
 fi
@@ -41,14 +40,14 @@ JSON
 if [ "${GENERATE:-1}" = 1 ]; then
   python -m core.train --model $MODEL --chat --head-type eagle --out runs/q7-data --data-only \
     --prompts "$DATA/train/prompts.jsonl" --sources sharegpt_sg90k,sharegpt_v3_1000,sharegpt_v3_500,self_instruct_seed \
-    --n-prompts 3835 --n-text 0 --max-shards "$R7_SHARDS" --batch 96 --max-prompt 384 --new-tokens 192 \
+    --n-prompts 3835 --n-text 0 --max-shards "${R7_SHARDS:-36}" --batch 96 --max-prompt 384 --new-tokens 192 \
     --sample-share 0.5 --prefill-share 0.0 --seed 7
   python -m core.train.tokens pack runs/q7-data/shards "$R7" --settings <(settings \
     "train/prompts.jsonl (sources sharegpt_sg90k, sharegpt_v3_1000, sharegpt_v3_500, self_instruct_seed)" 7 \
-    "recipes/qwen2.5-coder-0.5b-r7-data.sh, finished by recipes/qwen2.5-coder-0.5b-r8.sh")
+    "recipes/qwen2.5-coder-0.5b-r7-data.sh (shards 0-31), recipes/qwen2.5-coder-0.5b-r8.sh (shards 32 on)")
   python -m core.train --model $MODEL --chat --head-type eagle --out runs/q8-data --data-only \
     --prompts "$DATA/train/prompts.jsonl" --sources gsm8k_train \
-    --n-prompts 7473 --n-text 0 --max-shards "$R8_SHARDS" --batch 96 --max-prompt 384 --new-tokens 192 \
+    --n-prompts 7473 --n-text 0 --max-shards "${R8_SHARDS:-5}" --batch 96 --max-prompt 384 --new-tokens 192 \
     --sample-share 0.5 --prefill-share 0.0 --seed 8
   python -m core.train.tokens pack runs/q8-data/shards "$R8" --settings <(settings \
     "train/prompts.jsonl (source gsm8k_train)" 8 "recipes/qwen2.5-coder-0.5b-r8.sh")
