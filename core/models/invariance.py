@@ -88,13 +88,19 @@ def _layer_product(target, m: torch.nn.Module) -> Callable[[torch.Tensor], torch
     return _routed(lambda h: m(h), target.onednn_rows, target.packed)
 
 
+def _drift(target, m: torch.nn.Linear, gen: torch.Generator, limit: int, upto: int) -> int | None:
+    """The first row count in 2..upto at which layer `m`, run as a forward runs it, gives any row differently from
+    a one-row call, on (limit, in) random rows drawn from `gen`; None if none does."""
+    x = torch.randn(limit, m.in_features, generator=gen).to(target.dtype).to(target.device)  # (limit, in)
+    return first_failure(_layer_product(target, m), x, range(2, upto + 1), lambda k: list(range(k)))
+
+
 def probe_linears(target, limit: int = ROW_LIMIT, seed: int = 0) -> Invariance:
     """Every kind of body linear layer of `target` (a TargetModel), rows 2..limit, every row compared."""
     gen = torch.Generator().manual_seed(seed)
     best, broken = limit, ""
     for (o, i, _, _), (names, m) in linear_kinds(target.decoder).items():
-        x = torch.randn(limit, i, generator=gen).to(target.dtype).to(target.device)  # (limit, in)
-        bad = first_failure(_layer_product(target, m), x, range(2, best + 1), lambda k: list(range(k)))
+        bad = _drift(target, m, gen, limit, best)
         if bad is not None:
             best, broken = bad - 1, f"{names[0]} {o}x{i} at {bad} rows"
     return Invariance(best, broken)
@@ -106,11 +112,10 @@ def variant_layers(target, limit: int, seed: int = 0) -> dict[str, int]:
     layers core/models/pinned.py pins."""
     gen = torch.Generator().manual_seed(seed)
     found: dict[str, int] = {}
-    for (o, i, _, rows), (names, m) in linear_kinds(target.decoder).items():
+    for (_, _, _, rows), (names, m) in linear_kinds(target.decoder).items():
         if rows:
             continue  # already pinned
-        x = torch.randn(limit, i, generator=gen).to(target.dtype).to(target.device)  # (limit, in)
-        bad = first_failure(_layer_product(target, m), x, range(2, limit + 1), lambda k: list(range(k)))
+        bad = _drift(target, m, gen, limit, limit)
         if bad is not None:
             found |= {n: bad for n in names}
     return found

@@ -59,7 +59,8 @@ def _data_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--extra-shards", action="append", default=[], metavar="DIR",
                    help="also train on the shards in DIR (e.g. an earlier round's OUT/shards); repeatable")
     p.add_argument("--exclude-shards", action="append", default=[], metavar="DIR",
-                   help="leave out prompts an earlier run's shards in DIR already continued (repeatable)")
+                   help="leave out prompts an earlier run's shards in DIR (or a committed round of token ids, "
+                        "data/tokens/MODEL/rN) already continued (repeatable)")
     p.add_argument("--max-len", type=int, default=768, help="tokens per training sequence (longer ones are cut)")
     p.add_argument("--sample-share", type=float, default=0.3, help="share of batches sampled at T=1 (rest greedy)")
     p.add_argument("--prefill-share", type=float, default=0.0,
@@ -174,6 +175,8 @@ def check_args(a: argparse.Namespace) -> str | None:
         if not math.isfinite(v) or not 0.0 <= v <= 1.0:
             return f"--{name.replace('_', '-')} must be in [0, 1], got {v}"
     for d in a.extra_shards + a.reprefill + a.exclude_shards + a.heldout_shards:
+        if d in a.exclude_shards and (Path(d) / "tokens.safetensors.xz").exists():
+            continue  # a committed round of token ids: its prompts are read without features
         if not list(Path(d).glob("shard_*.safetensors")):
             return f"{d}: no shard_*.safetensors there (--extra-shards / --reprefill / --exclude-shards / --heldout-shards)"
     own = (Path(a.out) / "shards").resolve()

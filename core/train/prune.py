@@ -28,26 +28,37 @@ from core.cli import Parser, run
 
 def shard_token_counts(dirs: list[Path], vocab: int, generated: bool = False) -> torch.Tensor:
     """(vocab,) token frequencies over every shard_*.safetensors in `dirs`, reading only the ids (not features);
-    with `generated`, only the tokens the target wrote (each sequence's last `generated[i]` ids)."""
+    with `generated`, only the tokens the target wrote (each sequence's last `generated[i]` ids). A folder may also
+    be a committed round of token ids (data/tokens/MODEL/rN, core/train/tokens.py): counted without a rebuild."""
     from safetensors import safe_open
+
+    from core.train.tokens import PACKED, unpack
 
     counts = torch.zeros(vocab, dtype=torch.long)
     for d in dirs:
-        paths = sorted(Path(d).glob("shard_*.safetensors"))
-        if not paths:
-            raise ValueError(f"no shard_*.safetensors in {str(d)!r}")
-        for path in paths:
-            with safe_open(str(path), "pt") as f:
-                ids = f.get_tensor("ids").long()
+        if (Path(d) / PACKED).exists():
+            seqs, gen, _, _ = unpack((Path(d) / PACKED).read_bytes())
+            parts = [[(s[len(s) - g:] if generated else s) for s, g in zip(seqs, gen) if g or not generated]]
+        else:
+            paths = sorted(Path(d).glob("shard_*.safetensors"))
+            if not paths:
+                raise ValueError(f"no shard_*.safetensors or {PACKED} in {str(d)!r}")
+            parts = []
+            for path in paths:
+                with safe_open(str(path), "pt") as f:
+                    ids = f.get_tensor("ids").long()
+                    gen = f.get_tensor("generated").long().tolist() if "generated" in f.keys() else None
+                    ends = f.get_tensor("offsets").long()[1:].tolist()
+                starts = [0] + ends[:-1]
                 if generated:  # keep each sequence's tail the target wrote; prefilled text has none
-                    gen = f.get_tensor("generated").long() if "generated" in f.keys() else None
-                    ends = f.get_tensor("offsets").long()[1:]
-            if len(ids) and int(ids.max()) >= vocab:
-                raise ValueError(f"{path} holds token ids beyond the head's vocabulary ({vocab:,}): another model's data")
-            if generated:
-                ids = torch.cat([ids[e - g:e] for e, g in zip(ends.tolist(), gen.tolist()) if g]) \
-                    if gen is not None and int(gen.sum()) else ids[:0]
-            counts += torch.bincount(ids, minlength=vocab)
+                    parts.append([ids[e - g:e] for e, g in zip(ends, gen or []) if g])
+                else:
+                    parts.append([ids[a:e] for a, e in zip(starts, ends)])
+        seqs = [torch.as_tensor(seq, dtype=torch.long) for part in parts for seq in part]
+        ids = torch.cat(seqs) if seqs else torch.zeros(0, dtype=torch.long)
+        if len(ids) and int(ids.max()) >= vocab:
+            raise ValueError(f"{d} holds token ids beyond the head's vocabulary ({vocab:,}): another model's data")
+        counts += torch.bincount(ids, minlength=vocab)
     return counts
 
 
@@ -68,7 +79,8 @@ def vocab_parser(prog: str, description: str, size_help: str) -> Parser:
     p = Parser(prog=prog, description=description)
     p.add_argument("--head", required=True, help="an EAGLE-1/2 head folder (config.json + model.safetensors)")
     p.add_argument("--shards", action="append", required=True, metavar="DIR",
-                   help="a folder of training shards to count (repeatable)")
+                   help="a folder of training shards, or a committed round of token ids (data/tokens/MODEL/rN), to count "
+                        "(repeatable)")
     p.add_argument("--size", type=int, required=True, help=size_help)
     return p
 

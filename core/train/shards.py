@@ -41,10 +41,17 @@ def stored_prompts(dirs: list[Path]) -> set[tuple[int, ...]]:
     """Token sequences earlier runs started from: each stored sequence less the tokens the target generated.
 
     A prompt row whose encoding is in this set was already continued by an earlier round (same prompt, same cut);
-    `plan_batches(exclude=...)` leaves it out so a new round spends its time on prompts no round has seen.
+    `plan_batches(exclude=...)` leaves it out so a new round spends its time on prompts no round has seen. A folder
+    is a run's feature shards or a committed round of token ids (data/tokens/MODEL/rN): no rebuild needed.
     """
+    from core.train.tokens import PACKED, unpack
+
     seen: set[tuple[int, ...]] = set()
     for d in dirs:
+        if (Path(d) / PACKED).exists():
+            seqs, gen, _, _ = unpack((Path(d) / PACKED).read_bytes())
+            seen.update(tuple(s[: len(s) - g]) for s, g in zip(seqs, gen))
+            continue
         for path in sorted(Path(d).glob("shard_*.safetensors")):
             with safe_open(str(path), "pt") as sh:  # ids and offsets only; the features stay on disk
                 ids, off = sh.get_tensor("ids").tolist(), sh.get_tensor("offsets").tolist()

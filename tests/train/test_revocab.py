@@ -80,6 +80,23 @@ def test_revocab_without_keep_replaces_the_vocabulary_in_place(tmp_path):
     assert load_head(head_dir).vocab_ids.tolist() == [3, 90, 91, 92]
 
 
+
+def test_a_committed_round_of_token_ids_counts_like_its_shards(tmp_path):
+    """A round kept as token ids (data/tokens/MODEL/rN) is counted without rebuilding its features: the same
+    counts, all tokens or only the generated ones, as the feature shards it was packed from."""
+    from core.train.prune import shard_token_counts
+    from core.train.tokens import pack_round
+
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    _shard(shards / "shard_00000.safetensors", [([100] * 6 + [120] * 4 + [5], 5), ([121, 121, 7], 3)])
+    _shard(shards / "shard_00001.safetensors", [([9, 9, 120], 0), ([4, 5, 6, 7], 1)])
+    pack_round(shards, tmp_path / "r1", {"seed": 1, "sample_share": 0.5})
+    for generated in (False, True):
+        want = shard_token_counts([shards], 128, generated=generated)
+        assert torch.equal(shard_token_counts([tmp_path / "r1"], 128, generated=generated), want)
+    assert shard_token_counts([tmp_path / "r1"], 128, generated=True)[[120, 121, 5, 7]].tolist() == [4, 2, 1, 2]
+
 @pytest.mark.parametrize("case, message", [
     ("small", "--size must be between 64"), ("large", "--size must be between"), ("prefill", "no tokens the target"),
     ("pruned", "inference vocabulary"), ("eagle3", "EAGLE-3"), ("noshards", "no shard_"),

@@ -162,6 +162,15 @@ def test_a_new_round_leaves_out_prompts_an_earlier_round_continued(setup, tmp_pa
     later = stored_prompts([second / "shards"])
     assert len(later) == 4 and not later & earlier  # the pool's other four prompts, none of the first round's
     assert "4 prompts earlier runs started from" in (second / "train.log").read_text()
+    # the first round kept as token ids only (data/tokens): the same prompts are left out, with no rebuild
+    from core.train.tokens import pack_round
+
+    pack_round(first / "shards", tmp_path / "r1", {"seed": 1, "sample_share": 0.0})
+    assert stored_prompts([tmp_path / "r1"]) == earlier
+    third = tmp_path / "third"
+    assert main(args(setup, third, 1) + ["--data-only", "--n-text", "0", "--exclude-shards",
+                                         str(tmp_path / "r1")]) == 0
+    assert stored_prompts([third / "shards"]) == later
     own = second / "shards"
     assert main(args(setup, second, 1) + ["--data-only", "--exclude-shards", str(own)]) == 2
     assert "this run's own shard folder" in capsys.readouterr().err
