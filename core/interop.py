@@ -8,6 +8,8 @@ no tensors) and says what would stop vLLM from loading it unedited.
 
     python -m core.interop check HEAD                         # vLLM-readable? one line per problem, exit 1 if any
     python -m core.interop export HEAD OUT --engine sglang    # the same head, written the way that engine reads it
+    python -m core.interop compact HEAD                       # weights stored compact in place (int8 + xz)
+    python -m core.interop expand HEAD                        # a compact folder's full layout written back
     python -m core.interop ours --model M --head H --out J    # our fp32 greedy run + the job for scripts/vllm_side.py
     python -m core.interop compare OURS.json VLLM.json        # last line: one JSON object (recipes/vllm.sh)
 """
@@ -18,6 +20,7 @@ import sys
 from pathlib import Path
 
 from core.cli import Parser, fail
+from core.drafters import storage
 from core.drafters.heads import vllm_problems  # the check `check` runs; it lives with the head rules
 from core.paths import data_dir
 
@@ -28,19 +31,18 @@ def export(head_dir: str | Path, out_dir: str | Path, engine: str) -> None:
     import shutil
 
     import torch
-    from safetensors import safe_open
 
     from core.drafters.draft_head import load_head, save_head
     from core.drafters.heads import kind_of_folder
+    from core.drafters.storage import stored_dtype
 
     src, out = Path(head_dir), Path(out_dir)
     if kind_of_folder(src).name != "eagle":
         raise ValueError(f"{src} is not an EAGLE-1/2 head; EAGLE-3 heads load in both engines as written")
     if out.resolve() == src.resolve():
         raise ValueError("write the export to another folder")
-    with safe_open(str(src / "model.safetensors"), framework="pt") as f:
-        dtype = f.get_slice("fc.weight").get_dtype()
-    save_head(load_head(src), out, dtype={"BF16": torch.bfloat16, "F16": torch.float16}.get(dtype, torch.float32),
+    dtype = stored_dtype(src, "fc.weight")
+    save_head(load_head(src), out, dtype=dtype if dtype in (torch.bfloat16, torch.float16) else torch.float32,
               engine=engine)
     for extra in ("training.json", "NOTICE", "GEMMA_TERMS.html"):
         if (src / extra).exists():
@@ -115,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("head")
     e.add_argument("out")
     e.add_argument("--engine", choices=("sglang", "vllm"), required=True)
+    k = sub.add_parser("compact", help="store a head folder's weights compact in place (int8 + xz, core/drafters/storage.py)")
+    k.add_argument("head")
+    x = sub.add_parser("expand", help="write a compact head folder's full layout (model.safetensors) back in place")
+    x.add_argument("head")
     o = sub.add_parser("ours", help="our fp32 greedy chain run; writes the job for scripts/vllm_side.py")
     o.add_argument("--model", default="smollm2-135m-instruct")
     o.add_argument("--head", required=True)
@@ -137,6 +143,16 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "export":
             export(a.head, a.out, a.engine)
             print(f"{a.out}: written for {a.engine}")
+            return 0
+        if a.cmd == "compact":
+            print(json.dumps(storage.compact_folder(a.head)))
+            return 0
+        if a.cmd == "expand":
+            if not storage.is_compact(a.head):
+                raise ValueError(f"{a.head} has no compact weights to expand")
+            sd = storage.read_state(a.head)
+            storage.write_full(a.head, sd)
+            print(f"{a.head}: {storage.FULL} written")
             return 0
         if a.cmd == "ours":
             if a.k < 1 or a.prompts < 1 or a.max_new_tokens < 1:

@@ -29,6 +29,7 @@ from torch import nn
 
 from core.drafters.layers import (DraftVocab, KVWindow, Layer, layer_count, llama_layer_fields, llama_layer_json,
                                   random_init, rope_tables)
+from core.drafters import storage
 from core.drafters.vllm import vllm_blockers
 
 DRAFT_VOCAB_FILE = "draft_vocab.json"  # a folder's optional inference vocabulary (see the module docstring)
@@ -127,8 +128,6 @@ def save_head(head: EagleHead, out_dir: str | Path, dtype: torch.dtype = torch.b
     has none: zeros are written for a head without bias); "vllm" refuses a head that has one (vLLM's fc has no bias
     and its loader raises on unknown names), as it refuses a reduced vocabulary (its EAGLE-1/2 drafter has no d2t).
     """
-    from safetensors.torch import save_file
-
     if engine not in (None, *ENGINES):
         raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     c = head.config
@@ -145,7 +144,7 @@ def save_head(head: EagleHead, out_dir: str | Path, dtype: torch.dtype = torch.b
     if head.config.draft_vocab_size:
         sd["d2t"] = head.d2t.cpu().contiguous()
         sd["t2d"] = head.t2d().cpu().contiguous()
-    save_file({k: v.cpu() for k, v in sd.items()}, str(out / "model.safetensors"))
+    storage.write_full(out, sd)
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     (out / DRAFT_VOCAB_FILE).unlink(missing_ok=True)  # chosen for the weights this replaces
 
@@ -179,21 +178,13 @@ def read_draft_vocab(folder: str | Path, own: torch.Tensor) -> torch.Tensor | No
 
 def load_head(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
               inference_vocab: bool = True) -> EagleHead:
-    """Read a head folder: model.safetensors preferred, pytorch_model.bin via torch.load(weights_only=True), and its
+    """Read a head folder (model.safetensors, the compact layout or pytorch_model.bin: core/drafters/storage.py) and its
     draft_vocab.json unless `inference_vocab` is False (the head as trained, e.g. to compare with another engine)."""
     p = Path(path)
     if not (p / "config.json").exists():
         raise ValueError(f"head folder {str(p)!r} has no config.json")
     raw = json.loads((p / "config.json").read_text())
-    if (p / "model.safetensors").exists():
-        from safetensors.torch import load_file
-
-        sd = load_file(str(p / "model.safetensors"))
-    elif (p / "pytorch_model.bin").exists():
-        sd = torch.load(str(p / "pytorch_model.bin"), map_location="cpu", weights_only=True)
-    else:
-        raise ValueError(f"head folder {str(p)!r} has neither model.safetensors nor pytorch_model.bin")
-    sd = {k.removeprefix("model."): v for k, v in sd.items()}
+    sd = {k.removeprefix("model."): v for k, v in storage.read_state(p).items()}
     if any(k.startswith("midlayer.") for k in sd):
         raise ValueError(f"{p} is an EAGLE-3 head (midlayer.* keys); this loader reads EAGLE-1/2 heads")
     c = HeadConfig.from_json(raw)

@@ -119,14 +119,14 @@ def is_eagle3_state(keys) -> bool:
 
 
 def save_eagle3_head(head: Eagle3Head, out_dir: str | Path, dtype: torch.dtype = torch.bfloat16) -> None:
-    from safetensors.torch import save_file
+    from core.drafters import storage
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sd = {k: v.detach().to(dtype).contiguous().cpu() for k, v in head.state_dict().items()}
     sd["d2t"] = head.d2t.cpu().contiguous()
     sd["t2d"] = head.t2d().cpu().contiguous()
-    save_file(sd, str(out / "model.safetensors"))
+    storage.write_full(out, sd)
     (out / "config.json").write_text(json.dumps(head.config.to_json(), indent=2) + "\n")
 
 

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from core.drafters import medusa, vllm
+from core.drafters import medusa, storage, vllm
 from core.drafters.draft_head import EagleHead, HeadConfig, init_head, load_head, save_head
 from core.drafters.eagle import Eagle3Drafter, EagleDrafter
 from core.drafters.eagle3_head import (Eagle3Config, Eagle3Head, eagle3_from_state, init_eagle3_head,
@@ -127,23 +127,12 @@ def kind_named(name: str) -> HeadKind:
 
 
 def weight_names(p: Path) -> list[str]:
-    """Weight names of a head folder without reading the tensors (safetensors), or by loading a .bin safely."""
-    if (p / "model.safetensors").exists():
-        from safetensors import safe_open
-
-        with safe_open(str(p / "model.safetensors"), framework="pt") as f:
-            return list(f.keys())
-    return list(_read_state(p))
+    """Weight names of a head folder without reading the tensors (core/drafters/storage.py: every layout)."""
+    return storage.weight_names(p)
 
 
 def _read_state(p: Path) -> dict:
-    if (p / "model.safetensors").exists():
-        from safetensors.torch import load_file
-
-        return load_file(str(p / "model.safetensors"))
-    if (p / "pytorch_model.bin").exists():
-        return torch.load(str(p / "pytorch_model.bin"), map_location="cpu", weights_only=True)
-    raise ValueError(f"head folder {str(p)!r} has neither model.safetensors nor pytorch_model.bin")
+    return storage.read_state(p)
 
 
 def kind_of_folder(path: str | Path) -> HeadKind:
@@ -194,4 +183,6 @@ def vllm_problems(head_dir: str | Path) -> list[str]:
     p = Path(head_dir)
     kind = kind_of_folder(p)  # ValueError without config.json
     raw = json.loads((p / "config.json").read_text())
-    return kind.vllm(raw, {k.removeprefix("model.") for k in weight_names(p)})
+    compact = [f"the weights are stored compact ({storage.COMPACT}, int8); write the full layout first: "
+               f"python -m core.interop export {p} OUT --engine vllm"] if storage.is_compact(p) else []
+    return compact + kind.vllm(raw, {k.removeprefix("model.") for k in weight_names(p)})

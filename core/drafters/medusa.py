@@ -176,7 +176,7 @@ def is_medusa(config: dict, keys) -> bool:
 
 
 def save_medusa_head(head: MedusaHead, out_dir: str | Path, dtype: torch.dtype = torch.bfloat16) -> None:
-    from safetensors.torch import save_file
+    from core.drafters import storage
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -186,7 +186,7 @@ def save_medusa_head(head: MedusaHead, out_dir: str | Path, dtype: torch.dtype =
     t2d = torch.zeros(head.config.vocab_size, dtype=torch.bool)
     t2d[ids] = True
     sd["t2d"] = t2d
-    save_file(sd, str(out / "model.safetensors"))
+    storage.write_full(out, sd)
     (out / "config.json").write_text(json.dumps(head.config.to_json(), indent=2) + "\n")
 
 

@@ -51,11 +51,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def revocab(head_dir: Path, shard_dirs: list[Path], size: int, keep: bool, out_dir: Path) -> dict:
     """Write the head with its new draft vocabulary to out_dir; returns the card's record of the change."""
-    from safetensors import safe_open
-
     from core.drafters.draft_head import DRAFT_VOCAB_FILE, EagleHead, load_head, save_head
-    from core.train.vocab import coverage
+    from core.drafters.storage import COMPACT, FULL, stored_dtype
     from core.train.prune import shard_token_counts
+    from core.train.vocab import coverage
 
     if (head_dir / DRAFT_VOCAB_FILE).exists():
         raise ValueError(f"{head_dir} has an inference vocabulary ({DRAFT_VOCAB_FILE}); re-choose from a folder "
@@ -72,8 +71,7 @@ def revocab(head_dir: Path, shard_dirs: list[Path], size: int, keep: bool, out_d
     ids = choose(gen, shard_token_counts(shard_dirs, vocab), size, own if keep else None)
     grown = EagleHead(replace(head.config, draft_vocab_size=len(ids)), ids)
     grown.load_state_dict(head.state_dict())  # the vocabulary is a buffer outside the state dict: weights as they are
-    with safe_open(str(head_dir / "model.safetensors"), "pt") as f:
-        dtype = f.get_tensor("fc.weight").dtype  # written back as stored
+    dtype = stored_dtype(head_dir, "fc.weight")  # written back as stored (the full layout: training reads it)
     record = {"size": len(ids), "previous_size": len(own), "kept_previous": keep,
               "generated_tokens_counted": int(gen.sum()),
               "generated_coverage_before": round(coverage(gen, own), 4),
@@ -82,7 +80,7 @@ def revocab(head_dir: Path, shard_dirs: list[Path], size: int, keep: bool, out_d
     out_dir.mkdir(parents=True, exist_ok=True)
     if out_dir.resolve() != head_dir.resolve():
         for f in head_dir.iterdir():
-            if f.is_file() and f.name not in ("model.safetensors", "config.json"):
+            if f.is_file() and f.name not in (FULL, COMPACT, "config.json"):
                 shutil.copy2(f, out_dir / f.name)
     save_head(grown, out_dir, dtype=dtype)
     card = out_dir / "training.json"
