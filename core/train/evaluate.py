@@ -113,17 +113,18 @@ def heldout(target: TargetModel, head_dir: str, shards: list[Path], ttt_steps: i
     head = load_any_head(head_dir)
     eagle3 = isinstance(head, Eagle3Head)
     seqs = [sq for d in shards for sq in load_shards(Path(d), taps=eagle3)]
-    w = target.lm_head_weight.detach().float()
+    w_full = w = target.lm_head_weight.detach().float()
     ids = getattr(head, "vocab_ids", None)
     in_vocab = None
     if ids is not None and len(ids) < w.shape[0]:
         in_vocab = torch.zeros(w.shape[0], dtype=torch.bool)
         in_vocab[ids] = True
         w = w[ids]
+    rows = ids.long() if ids is not None else torch.arange(w_full.shape[0])  # the target id of each draft row
     cfg = FitConfig(ttt_steps=ttt_steps, max_len=max_len, noise=0.0)
     with torch.no_grad():
         r = heldout_measure(head, target.embed, w, seqs, cfg, 1.0, in_vocab, head.draft_logits if eagle3 else None,
-                            kernels.bf16_matmul_is_faster(w.shape[1]))
+                            kernels.bf16_matmul_is_faster(w.shape[1]), full=(w_full, rows))
     return {"head": str(head_dir), "shards": [str(d) for d in shards], "ttt_steps": ttt_steps, **r}
 
 

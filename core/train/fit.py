@@ -171,11 +171,15 @@ def ttt_mask(s: int, j: int, device) -> torch.Tensor:
 def losses(head: EagleHead | Eagle3Head, embed, w_draft: torch.Tensor, ids, feat, valid, cfg: FitConfig,
            feat_rms: float, gen: torch.Generator | None = None, taps: torch.Tensor | None = None,
            draft_logits=None, scored: torch.Tensor | None = None, in_vocab: torch.Tensor | None = None,
-           counts: dict | None = None) -> tuple[torch.Tensor, list[float], list[float], list[float]]:
+           counts: dict | None = None, full: tuple[torch.Tensor, torch.Tensor] | None = None
+           ) -> tuple[torch.Tensor, list[float], list[float], list[float]]:
     """Total loss and per-step (vloss, ploss, top-1 accuracy) for one batch. ids/feat/valid/taps/scored as from
     collate() (scored None: every valid token); `in_vocab` (V,) bool leaves out the pairs whose next data token the
     draft vocabulary lacks. `counts`, when given, gathers per step the positions scored ("n") and the top-1 and
-    top-3 hits ("top1", "top3"), for a held-out measure summed over batches.
+    top-3 hits ("top1", "top3"), for a held-out measure summed over batches. `full` (the target's whole LM head
+    (V, H) and the target id of each draft row (Vd,)) also counts, over every answer position whatever the draft
+    vocabulary holds, how often the head's top draft is the target's own greedy token ("n_all", "top1_all"): the
+    measure that compares heads with different draft vocabularies.
 
     EAGLE-3 when `taps` is given: step 0 reads taps, `draft_logits` (the head's own norm + LM head) scores, and
     there is no feature loss (vloss reported as 0).
@@ -200,6 +204,10 @@ def losses(head: EagleHead | Eagle3Head, embed, w_draft: torch.Tensor, ids, feat
         def score(out):
             return out @ w_draft.T
     keep = (valid if scored is None else scored)[:, 1:]  # pair i is scored when token i+1 is
+    keep_all, top_full = keep, None
+    if counts is not None and full is not None:
+        with torch.no_grad():
+            top_full = full_argmax(f_tgt, full[0])  # (B, S) the target's greedy token over its whole vocabulary
     if in_vocab is not None:  # pair i's guess is t_{i+2}; the last pair has no next token in the data
         nxt_ok = in_vocab.to(ids.device)[ids[:, 2:]]  # (B, S-1)
         keep = keep & torch.cat([nxt_ok, torch.ones_like(nxt_ok[:, :1])], 1)
@@ -225,17 +233,35 @@ def losses(head: EagleHead | Eagle3Head, embed, w_draft: torch.Tensor, ids, feat
             for key, v in (("n", mf.sum()), ("top1", ((logp.argmax(-1) == top_tgt).float() * mf).sum()),
                            ("top3", (hit3.float() * mf).sum())):
                 counts.setdefault(key, [0.0] * cfg.ttt_steps)[j] += float(v)
+            if top_full is not None:
+                m_all = keep_all.clone()
+                m_all[:, :j] = False
+                hit = (full[1].to(ids.device)[logp.argmax(-1)] == top_full) & m_all
+                for key, v in (("n_all", m_all.sum()), ("top1_all", hit.sum())):
+                    counts.setdefault(key, [0.0] * cfg.ttt_steps)[j] += float(v)
         past = kv if past is None else (torch.cat([past[0], kv[0]], 2), torch.cat([past[1], kv[1]], 2))
         feats = torch.cat([out[:, :1], out[:, :-1]], dim=1)  # step j+1 reads the prediction made at i-1
     return total, vl, pl, acc
 
 
+def full_argmax(feat: torch.Tensor, w_full: torch.Tensor, rows: int = 512) -> torch.Tensor:
+    """(B, S, H) features -> (B, S) argmax of feat @ w_full.T over the whole vocabulary, `rows` positions at a
+    time (a 4,096-token batch against 152k rows would need 2.5 GB of fp32 logits at once)."""
+    flat = feat.reshape(-1, feat.shape[-1])
+    out = torch.cat([(flat[i:i + rows].to(w_full.dtype) @ w_full.T).argmax(-1) for i in range(0, len(flat), rows)])
+    return out.reshape(feat.shape[:-1])
+
+
 @torch.no_grad()
 def heldout_measure(head, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, feat_rms: float,
-                    in_vocab: torch.Tensor | None, draft_logits=None, autocast: bool = False) -> dict:
+                    in_vocab: torch.Tensor | None, draft_logits=None, autocast: bool = False,
+                    full: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
     """Teacher-forced top-1 / top-3 per unrolled step on held-out sequences (never trained on), answer positions
     only whatever the run scores in training (so runs that score differently compare on one measure), no input
-    noise: {"top1": [...], "top3": [...], "positions": n}. EAGLE-3 heads read their taps."""
+    noise: {"top1": [...], "top3": [...], "positions": n}. EAGLE-3 heads read their taps. With `full` (see
+    losses()), also "top1_all" and "positions_all": every answer position, against the target's greedy token over
+    its whole vocabulary (a token outside the draft vocabulary is a miss), so heads with different draft
+    vocabularies compare."""
     eagle3 = draft_logits is not None
     cfg0 = replace(cfg, noise=0.0)
     lens = [min(len(sq[0]), cfg.max_len) for sq in seqs]
@@ -248,11 +274,16 @@ def heldout_measure(head, embed, w_draft: torch.Tensor, seqs, cfg: FitConfig, fe
                                           for t in collate(seqs, idx, cfg.max_len, True))  # answers, always
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast):
             losses(head, embed, w_draft, ids, feat, valid, cfg0, feat_rms, None, taps if eagle3 else None,
-                   draft_logits, scored, in_vocab, counts)
+                   draft_logits, scored, in_vocab, counts, full)
     head.train(was_training)
     n = counts.get("n", [0.0] * cfg.ttt_steps)
-    return {key: [round(h / max(1.0, c), 4) for h, c in zip(counts.get(key, n), n)] for key in ("top1", "top3")} | {
+    out = {key: [round(h / max(1.0, c), 4) for h, c in zip(counts.get(key, n), n)] for key in ("top1", "top3")} | {
         "positions": int(n[0])}
+    if full is not None:
+        n_all = counts.get("n_all", [0.0] * cfg.ttt_steps)
+        out |= {"top1_all": [round(h / max(1.0, c), 4) for h, c in zip(counts.get("top1_all", n_all), n_all)],
+                "positions_all": int(n_all[0])}
+    return out
 
 
 class _Training:

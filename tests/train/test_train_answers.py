@@ -194,3 +194,32 @@ def test_a_saved_head_is_put_on_a_runs_held_out_scale(tmp_path):
     assert {k: got[k] for k in ("top1", "top3", "positions")} == {
         k: out["heldout_curve"][-1][k] for k in ("top1", "top3", "positions")}
     assert got["positions"] == 3 * 8 and got["ttt_steps"] == 2
+
+
+def test_the_held_out_measure_over_every_position_compares_draft_vocabularies(tmp_path):
+    """evaluate's held-out measure also scores every answer position against the target's greedy token over its
+    whole vocabulary ("top1_all"): with the full vocabulary it equals the in-vocabulary measure; with a reduced
+    one it counts the positions the vocabulary leaves out, and a target token outside the vocabulary is a miss."""
+    from safetensors.torch import save_file
+
+    from core.drafters.draft_head import save_head
+    from core.train.evaluate import heldout
+    from core.train.fit import full_argmax
+    from core.train.shards import shard_tensors
+
+    target, seqs = _inputs()
+    held = seqs[:3]
+    (tmp_path / "held").mkdir()
+    save_file(shard_tensors([(sq.ids.tolist(), sq.feat, None) for sq in held], [8, 8, 8]),
+              str(tmp_path / "held" / "shard_00000.safetensors"))
+    save_head(tiny_head(target, seed=3).float(), tmp_path / "full", dtype=torch.float32)
+    got = heldout(target, str(tmp_path / "full"), [tmp_path / "held"])
+    assert got["positions_all"] == got["positions"] == 24 and got["top1_all"] == got["top1"]
+    ids = torch.arange(0, target.vocab_size, 3)  # a third of the vocabulary
+    save_head(tiny_head(target, ids, seed=3).float(), tmp_path / "small", dtype=torch.float32)
+    small = heldout(target, str(tmp_path / "small"), [tmp_path / "held"])
+    assert small["positions_all"] == 24 and small["positions"] < 24
+    w = target.lm_head_weight.detach().float()
+    greedy = torch.cat([full_argmax(sq.feat[None, -8:].float(), w)[0] for sq in held])  # what the answers predict
+    reachable = int(torch.isin(greedy, ids).sum())
+    assert small["top1_all"][0] * 24 <= reachable + 1e-6
