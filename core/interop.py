@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--engine", choices=("sglang", "vllm"), required=True)
     k = sub.add_parser("compact", help="store a head folder's weights compact in place (int8 + xz, core/drafters/storage.py)")
     k.add_argument("head")
+    k.add_argument("--levels", type=int, default=storage.LEVELS,
+                   help="integer levels each side of zero (127: int8; fewer compress further, with more rounding)")
     x = sub.add_parser("expand", help="write a compact head folder's full layout (model.safetensors) back in place")
     x.add_argument("head")
     o = sub.add_parser("ours", help="our fp32 greedy chain run; writes the job for scripts/vllm_side.py")
@@ -145,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{a.out}: written for {a.engine}")
             return 0
         if a.cmd == "compact":
-            print(json.dumps(storage.compact_folder(a.head)))
+            print(json.dumps(storage.compact_folder(a.head, levels=a.levels)))
             return 0
         if a.cmd == "expand":
             if not storage.is_compact(a.head):

@@ -28,15 +28,19 @@ BIN = "pytorch_model.bin"
 Q, SCALE = ".q8", ".q8scale"  # a compact matrix `name` is stored as `name.q8` (int8) and `name.q8scale` (fp32 rows)
 MIN_ENTRIES = 65536  # smaller tensors are kept as they are: their bytes do not matter and norms are sensitive
 DTYPE_KEY = "q8_dtype"  # safetensors metadata: the dtype the matrices are read back in
+LEVELS = 127  # integer levels each side of zero (127: int8's range); fewer compress further for more rounding
+LEVELS_KEY = "q8_levels"  # safetensors metadata: the levels written (for people; reading does not need them)
 
 
-def quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, in) float -> int8 (out, in) and fp32 scales (out,), symmetric per output row; an all-zero row gets
-    scale 1 (it reads back as zeros)."""
+def quantize_rows(w: torch.Tensor, levels: int = LEVELS) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, in) float -> int8 (out, in) in [-levels, levels] and fp32 scales (out,), symmetric per output row; an
+    all-zero row gets scale 1 (it reads back as zeros)."""
+    if not 1 <= levels <= 127:
+        raise ValueError(f"levels must be between 1 and 127, got {levels}")
     w = w.float()
-    scale = w.abs().amax(dim=1) / 127.0  # (out,)
+    scale = w.abs().amax(dim=1) / levels  # (out,)
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-    q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+    q = torch.round(w / scale[:, None]).clamp(-levels, levels).to(torch.int8)
     return q, scale
 
 
@@ -45,7 +49,8 @@ def dequantize_rows(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) ->
     return (q.float() * scale.float()[:, None]).to(dtype)
 
 
-def compact_state(sd: dict[str, torch.Tensor], min_entries: int = MIN_ENTRIES) -> dict[str, torch.Tensor]:
+def compact_state(sd: dict[str, torch.Tensor], min_entries: int = MIN_ENTRIES,
+                  levels: int = LEVELS) -> dict[str, torch.Tensor]:
     """A state dict in the compact layout: floating-point matrices of at least `min_entries` entries as int8 + row
     scales, the rest as is."""
     out: dict[str, torch.Tensor] = {}
@@ -53,7 +58,7 @@ def compact_state(sd: dict[str, torch.Tensor], min_entries: int = MIN_ENTRIES) -
         if k.endswith((Q, SCALE)):
             raise ValueError(f"weight name {k!r} ends like a compact matrix's parts")
         if v.is_floating_point() and v.dim() == 2 and v.numel() >= min_entries:
-            out[k + Q], out[k + SCALE] = quantize_rows(v)
+            out[k + Q], out[k + SCALE] = quantize_rows(v, levels)
         else:
             out[k] = v.contiguous()
     return out
@@ -83,13 +88,13 @@ def _dtype(name: str) -> torch.dtype:
 
 
 def write_compact(folder: str | Path, sd: dict[str, torch.Tensor], dtype: torch.dtype = torch.bfloat16,
-                  min_entries: int = MIN_ENTRIES) -> Path:
+                  min_entries: int = MIN_ENTRIES, levels: int = LEVELS) -> Path:
     """Write `sd` to folder/COMPACT (matrices read back in `dtype`) and remove a full-layout file beside it."""
     from safetensors.torch import save
 
     path = Path(folder) / COMPACT
-    blob = save({k: v.detach().cpu() for k, v in compact_state(sd, min_entries).items()},
-                metadata={DTYPE_KEY: str(dtype).removeprefix("torch.")})
+    blob = save({k: v.detach().cpu() for k, v in compact_state(sd, min_entries, levels).items()},
+                metadata={DTYPE_KEY: str(dtype).removeprefix("torch."), LEVELS_KEY: str(levels)})
     tmp = path.with_suffix(".tmp")
     tmp.write_bytes(lzma.compress(blob, preset=9))
     tmp.rename(path)
@@ -177,7 +182,7 @@ def is_compact(folder: str | Path) -> bool:
     return (p / COMPACT).exists() and not (p / FULL).exists()
 
 
-def compact_folder(folder: str | Path, min_entries: int = MIN_ENTRIES) -> dict:
+def compact_folder(folder: str | Path, min_entries: int = MIN_ENTRIES, levels: int = LEVELS) -> dict:
     """Turn a head folder's full-layout weights compact in place; returns the sizes and the largest error."""
     p = Path(folder)
     if not (p / FULL).exists():
@@ -186,9 +191,9 @@ def compact_folder(folder: str | Path, min_entries: int = MIN_ENTRIES) -> dict:
     floats = {v.dtype for v in sd.values() if v.is_floating_point()}
     dtype = torch.bfloat16 if floats == {torch.bfloat16} else torch.float32
     before = (p / FULL).stat().st_size
-    write_compact(p, sd, dtype, min_entries)
+    write_compact(p, sd, dtype, min_entries, levels)
     back = read_state(p)
     worst = max((float((back[k].float() - v.float()).norm() / v.float().norm().clamp_min(1e-30))
                  for k, v in sd.items() if v.is_floating_point()), default=0.0)
     return {"folder": str(p), "bytes_before": before, "bytes_after": (p / COMPACT).stat().st_size,
-            "dtype": str(dtype).removeprefix("torch."), "largest_relative_error": round(worst, 5)}
+            "dtype": str(dtype).removeprefix("torch."), "levels": levels, "largest_relative_error": round(worst, 5)}

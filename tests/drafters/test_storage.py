@@ -31,6 +31,11 @@ def test_rows_round_trip_within_half_a_step_and_zero_rows_stay_zero():
     assert bool(((back - w).abs() <= scale[:, None] / 2 + 1e-7).all())  # each entry within half its row's step
     assert torch.equal(back[3], torch.zeros(50))  # an all-zero row has scale 1 and reads back as zeros
     assert storage.dequantize_rows(q, scale, torch.bfloat16).dtype == torch.bfloat16
+    q63, s63 = storage.quantize_rows(w, levels=63)  # fewer levels: a coarser step, the same bound in its own steps
+    assert int(q63.abs().max()) == 63 and torch.allclose(s63, scale * 127 / 63)
+    assert bool(((storage.dequantize_rows(q63, s63, torch.float32) - w).abs() <= s63[:, None] / 2 + 1e-7).all())
+    with pytest.raises(ValueError, match="levels"):
+        storage.quantize_rows(w, levels=128)
 
 
 def test_compact_state_keeps_small_and_integer_tensors_as_they_are():
