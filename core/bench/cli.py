@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import sys
@@ -68,6 +67,7 @@ from core.bench.questions import SPLITS, BenchError, read_questions, select_ques
 from core.bench.report import (
     acceptance_table, category_table, honest_table, step_table, summarize_rows, summary_table, vocab_table, write_html,
 )
+from core.bench.jsonfile import write_json
 from core.bench.specbench import write_specbench
 from core.bench.stack import Stack, prepare
 from core.bench.turns import check_turns, rows_of_turn, second_turns
@@ -383,7 +383,7 @@ def _main(argv: list[str] | None) -> int:
     plan = validate(parse_args(argv))
     result = bench(plan)
     Path(plan.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(plan.json).write_text(json.dumps(result, indent=1) + "\n")
+    write_json(plan.json, result)
     if plan.html:
         Path(plan.html).parent.mkdir(parents=True, exist_ok=True)
         c = result["config"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from core.bench.jsonfile import read_json, write_json
 from core.cli import Parser, fail
 
 
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             head, _, file = item.partition("=")
             if not file:
                 raise ValueError(f"--eval wants HEAD=FILE, got {item!r}")
-            evals[str(Path(head))] = json.loads(Path(file).read_text())
+            evals[str(Path(head))] = read_json(file)
         rows = [r for h in a.heads for r in rows_for(h, evals.get(str(h)))]
     except (OSError, ValueError, KeyError) as e:
         return fail("[head_curve]", e)  # one line, status 2 (core/cli.py)
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r['head']} | {r['type']} | {r['tokens_seen'] / 1e6:.2f}M ({r['generated_seen'] / 1e6:.2f}M) "
               f"| {r['train_seconds']} | {t0} | {t1} |")
     if a.json:
-        a.json.write_text(json.dumps(rows, indent=1) + "\n")
+        write_json(a.json, rows)
     return 0
 
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.util
-import json
 import statistics
 import sys
 from pathlib import Path
 
+from core.bench.jsonfile import read_json, write_json
 from core.cli import Parser, fail
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (app.py, results/)
@@ -151,12 +151,12 @@ def main(argv: list[str] | None = None) -> int:
         rc = bench.main(argv_t)
         if rc != 0:
             return rc
-        rows.append(table_row(json.loads(path.read_text())))
+        rows.append(table_row(read_json(path)))
     summary = {"what": "README 'What you will see': core.bench with python app.py's own defaults",
                "command": "python -m core.bench.measure_defaults " + " ".join(sys.argv[1:] if argv is None else argv),
                "bench_commands": commands, "tree_source": source,
                "trees": {"greedy": tree_spec(greedy), "sampled": tree_spec(sampled)}, "rows": rows}
-    (out / f"defaults_{a.date}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_json(out / f"defaults_{a.date}.json", summary)
     print(HEADER)
     for row in rows:
         print(markdown(row))

@@ -1,6 +1,6 @@
 """The results leaderboard, built from the bench JSON files in results/ (no model, no network).
 
-python -m core.bench.results_index [--results results] [--write docs/results.md] [--index results/INDEX.md]
+python -m core.bench.results_index [--results results] [--write docs/results.md] [--index results/INDEX.md] [--compress]
 
 Every core.bench JSON (config + per_prompt + summary) gives one row per drafting method it measured (eagle2,
 eagle2-head, the -b head, chains, Medusa, lookup): date, the commit that added the file, processor, model, dtype,
@@ -14,10 +14,10 @@ under its own heading.
 """
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
+from core.bench.jsonfile import XZ, compress_results, is_json, read_json
 from core.cli import Parser, run
 
 DRAFTING = ("eagle2", "eagle2-head", "eagle2-head-b", "eagle2-chain", "eagle2-chain-b", "eagle2-greedy-tree",
@@ -121,13 +121,15 @@ def leaderboard(results: Path) -> str:
     """The markdown table, newest first."""
     commits = added_commits(results)
     rows = []
-    for path in sorted(results.rglob("*.json")):
+    for path in sorted(p for p in results.rglob("*") if is_json(p)):
         try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+            data = read_json(path)
+        except (OSError, ValueError):
             continue
         if is_bench(data):
-            rows += rows_of(path, data, commits.get(path.name, "?"), path.relative_to(results).as_posix())
+            name = path.name.removesuffix(XZ)  # a compressed file keeps the commit that added its plain form
+            rows += rows_of(path, data, commits.get(name, commits.get(path.name, "?")),
+                            path.relative_to(results).as_posix())
     rows.sort(key=lambda r: r[0], reverse=True)
     return HEADER + "\n" + "\n".join(r for _, r in rows)
 
@@ -167,10 +169,10 @@ def table(files: list[Path], under: Path) -> list[str]:
     lines = ["| file | what |", "|---|---|"]
     for path in files:
         what = OTHER.get(path.suffix, "")
-        if path.suffix == ".json":
+        if is_json(path):
             try:
-                data = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
+                data = read_json(path)
+            except (OSError, ValueError):
                 data = None
             if is_bench(data):
                 c = data["config"]
@@ -202,7 +204,13 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--results", default="results", help="folder of bench JSON files")
     p.add_argument("--write", default=None, help="markdown file whose LEADERBOARD block is replaced")
     p.add_argument("--index", default=None, help="also write the file index here (results/INDEX.md)")
+    p.add_argument("--compress", action="store_true",
+                   help="first keep every JSON result over 20 KB compressed (NAME.json.xz) and point the repository's "
+                        "docs, recipes and code at the new names (core/bench/jsonfile.py)")
     a = p.parse_args(argv)
+    if a.compress:
+        for old, new in compress_results(Path(a.results).resolve(), Path.cwd().resolve()):
+            print(f"{old} -> {new}")
     if a.index:
         Path(a.index).write_text(index(Path(a.results)))
     table = leaderboard(Path(a.results))

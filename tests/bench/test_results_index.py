@@ -90,3 +90,33 @@ def test_index_and_leaderboard_walk_the_folders(tmp_path):
     assert text.index("| top.json |") < text.index("## bench/") < text.index("| b.json |") < text.index("## kernels/")
     assert "| b.log | console log" in text and "| ab.txt | plain-text report" in text
     assert "| [bench/](#bench) | 2 | core.bench runs" in text
+
+
+def test_compressed_results_are_read_linked_and_referenced_by_their_new_names(tmp_path, monkeypatch):
+    """--compress keeps a result over the limit as NAME.json.xz: the leaderboard and the index read it and link
+    the new name, the docs and recipes naming its path are pointed at it, and a small file stays plain text."""
+    from core.bench.jsonfile import read_json, write_json
+
+    repo = tmp_path / "repo"
+    (repo / "results" / "bench").mkdir(parents=True)
+    (repo / "docs").mkdir()
+    big = bench("2026-12-03", 0.0, {"eagle2": {"tau": 2.5}}) | {"per_prompt": [{"text": "x" * 30_000}]}
+    write_json(repo / "results" / "bench" / "big.json", big)
+    write_json(repo / "results" / "bench" / "small.json", bench("2026-12-02", 0.0, {"eagle2": {"tau": 2.0}}))
+    (repo / "docs" / "a.md").write_text("see [big](../results/bench/big.json), results/bench/big.json.\n"
+                                        "and results/bench/big.jsonl and results/bench/small.json\n")
+    (repo / "README.md").write_text("`--json results/bench/big.json`\n")
+    monkeypatch.chdir(repo)
+    assert main(["--results", "results", "--compress"]) == 0
+    assert not (repo / "results" / "bench" / "big.json").exists()
+    assert read_json(repo / "results" / "bench" / "big.json.xz") == big
+    assert (repo / "results" / "bench" / "big.json.xz").stat().st_size < 5_000
+    assert (repo / "results" / "bench" / "small.json").exists()
+    assert (repo / "docs" / "a.md").read_text() == ("see [big](../results/bench/big.json.xz), results/bench/big.json.xz.\n"
+                                                   "and results/bench/big.jsonl and results/bench/small.json\n")
+    assert (repo / "README.md").read_text() == "`--json results/bench/big.json.xz`\n"
+    table = leaderboard(repo / "results")
+    assert "[big.json.xz](../results/bench/big.json.xz)" in table and "| 2.50 |" in table
+    assert "| big.json.xz | core.bench: " in index(repo / "results")
+    write_json(tmp_path / "w.json.xz", {"a": 1})  # a writer given an .xz name writes it compressed
+    assert read_json(tmp_path / "w.json.xz") == {"a": 1} and (tmp_path / "w.json.xz").read_bytes()[:1] != b"{"
