@@ -120,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     k = sub.add_parser("compact", help="store a head folder's weights compact in place (int8 + xz, core/drafters/storage.py)")
     k.add_argument("head")
     k.add_argument("--levels", type=int, default=storage.LEVELS,
-                   help="integer levels each side of zero (127: int8; fewer compress further, with more rounding)")
+                   help="integer levels each side of zero (default 63; at most 127, int8's range; fewer compress further, "
+                        "with more rounding)")
     x = sub.add_parser("expand", help="write a compact head folder's full layout (model.safetensors) back in place")
     x.add_argument("head")
     o = sub.add_parser("ours", help="our fp32 greedy chain run; writes the job for scripts/vllm_side.py")

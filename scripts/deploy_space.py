@@ -3,7 +3,7 @@
 python -m scripts.deploy_space USER/NAME --hardware zero-gpu|cpu [--dry-run] [--private] [--docs]
     [--var EAGLE_TREE=auto ...] [--token HF_TOKEN]
 
-Uploads only what the app needs at run time: app.py, app/, core/, static/ (the shipped heads, 19-45 MB files the
+Uploads only what the app needs at run time: app.py, app/, core/, static/ (the shipped heads, 2-18 MB files the
 Hub stores with its large-file backend; `git push` refuses files over 10 MB), LICENSE and, with --docs, docs/; never
 tests/, results/, runs/, scripts/ or recipes/. Two files are written for the Space rather than copied: README.md
 (the Space's front matter: title, sdk gradio at the pinned version, app_file, python_version 3.12, license, models,
