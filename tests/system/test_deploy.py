@@ -12,7 +12,7 @@ def test_the_space_gets_the_app_and_nothing_else():
     paths = set(files)
     for needed in ("app.py", "app/handlers.py", "app/zerogpu.py", "core/engine/eagle.py", "core/pipeline.py", "LICENSE",
                    "static/style.css", "static/heads/gemma-3-270m/model.q8.safetensors.xz",
-                   "static/heads/qwen2.5-coder-0.5b-instruct/model.safetensors", "README.md", "requirements.txt"):
+                   "static/heads/qwen2.5-coder-0.5b-instruct/model.q8.safetensors.xz", "README.md", "requirements.txt"):
         assert needed in paths, needed
     assert not [p for p in paths if p.startswith(("tests/", "results/", "runs/", "scripts/", "recipes/", "docs/"))]
     assert not [p for p in paths if "__pycache__" in p or p.endswith(".pyc")]
