@@ -8,12 +8,14 @@
 #      target's own LM-head rows);
 #   2. round 9's data: the target's answers to the chat-like prompts of prompts2.jsonl (GPTeacher code generation
 #      and role-play, OpenAssistant turns; round 5 used the same file, and the prompts it already continued are left
-#      out by its committed ids), R9_SHARDS batches of 96 (default 24; 74 planned), kept as token ids in data/tokens/;
+#      out by its committed ids), R9_SHARDS batches of 96 (default 24; 72 planned), kept as token ids in data/tokens/;
 #   3. the grown head trained on round 9's shards 1 on (shard 0 held out beside the others) for EPOCHS epochs at peak
 #      lr LR, one optimizer and one cosine schedule (state saved every 15 minutes; a rerun resumes);
-#   4. the card of the grown head before training and of the trained one (31 dev-split prompts, 128 tokens, head
-#      alone at 16,5,4, T=0 and T=1) and the held-out measure of the shipped, grown and trained heads.
-# None of it writes static/heads/: copy a head there when its card beats the shipped head's at both temperatures.
+#   4. the card of the trained head (31 dev-split prompts, 128 tokens, head alone at 16,5,4, T=0 and T=1) and the
+#      held-out measure of the shipped, grown and trained heads (top1_all: every answer position, so the three
+#      vocabularies compare).
+# None of it writes static/heads/: copy a head there when its card beats the shipped head's at both temperatures,
+# then store it compact in place (python -m core.interop compact static/heads/MODEL).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA="${DATA:-../shared/data}"
@@ -56,7 +58,7 @@ python -m core.train --model $MODEL --chat --skip-data --n-prompts 1 --n-text 0 
   --heldout-shards runs/q9-held9 --extra-shards runs/q9-train9 \
   --epochs "${EPOCHS:-2}" --lr "${LR:-1e-4}" --eval-every "${EVAL_EVERY:-100}" --ttt-steps "${TTT:-2}" \
   --p-weight "${PW:-2.0}" --eval-per-category 0 --out runs/q9
-for head in runs/q9/vocab-head runs/q9/head; do
+for head in runs/q9/head; do  # the grown head untrained is compared on the held-out measure (top1_all) below
   python -m core.train.evaluate --card --max-new-tokens 128 --model $MODEL --head "$head" --dtype auto \
     --tree 16,5,4,0 --chat --chain-depth 0 --json "runs/card_q9_$(basename "$head").json"
 done
