@@ -32,7 +32,7 @@ def shard_token_counts(dirs: list[Path], vocab: int, generated: bool = False) ->
     be a committed round of token ids (data/tokens/MODEL/rN, core/train/tokens.py): counted without a rebuild."""
     from safetensors import safe_open
 
-    from core.train.tokens import PACKED, unpack
+    from core.train.packed import PACKED, unpack
 
     counts = torch.zeros(vocab, dtype=torch.long)
     for d in dirs:

@@ -44,7 +44,7 @@ def stored_prompts(dirs: list[Path]) -> set[tuple[int, ...]]:
     `plan_batches(exclude=...)` leaves it out so a new round spends its time on prompts no round has seen. A folder
     is a run's feature shards or a committed round of token ids (data/tokens/MODEL/rN): no rebuild needed.
     """
-    from core.train.tokens import PACKED, unpack
+    from core.train.packed import PACKED, unpack
 
     seen: set[tuple[int, ...]] = set()
     for d in dirs:

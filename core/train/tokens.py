@@ -23,19 +23,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import lzma
 import time
 from pathlib import Path
 
-import torch
 from safetensors import safe_open
-from safetensors.torch import load as load_bytes
-from safetensors.torch import save as save_bytes
 from safetensors.torch import save_file
 
 from core.cli import Parser, fail
+from core.train.packed import PACKED, pack, unpack
 
-PACKED = "tokens.safetensors.xz"
 CARD = "round.json"
 
 
@@ -45,29 +41,6 @@ def read_shard_ids(path: Path) -> tuple[list[list[int]], list[int]]:
         ids, off = sh.get_tensor("ids"), sh.get_tensor("offsets").tolist()
         gen = sh.get_tensor("generated").tolist() if "generated" in sh.keys() else [0] * (len(off) - 1)
     return [ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])], gen
-
-
-def pack(seqs: list[list[int]], generated: list[int], sampled: list[bool], shard: list[int]) -> bytes:
-    """Sequences (prompt + continuation ids), per sequence the tokens generated, the sampling flag and the index of
-    the shard it was written to -> xz bytes."""
-    if not (len(seqs) == len(generated) == len(sampled) == len(shard)):
-        raise ValueError("seqs, generated, sampled and shard must have one entry per sequence")
-    lens = torch.tensor([len(s) for s in seqs], dtype=torch.long)
-    tensors = {"ids": torch.tensor([t for s in seqs for t in s], dtype=torch.int32),  # (N,)
-               "offsets": torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)]),  # (S + 1,)
-               "generated": torch.tensor(generated, dtype=torch.long),  # (S,)
-               "sampled": torch.tensor(sampled, dtype=torch.bool),  # (S,)
-               "shard": torch.tensor(shard, dtype=torch.int32)}  # (S,)
-    return lzma.compress(save_bytes(tensors), preset=9)
-
-
-def unpack(blob: bytes) -> tuple[list[list[int]], list[int], list[bool], list[int]]:
-    """The inverse of pack()."""
-    d = load_bytes(lzma.decompress(blob))
-    off = d["offsets"].tolist()
-    ids = d["ids"]
-    return ([ids[a:b].tolist() for a, b in zip(off[:-1], off[1:])], d["generated"].tolist(), d["sampled"].tolist(),
-            d["shard"].tolist())
 
 
 def sha256(path: Path) -> str:
